@@ -1,0 +1,116 @@
+"""The artifact manifest: what a compiled model directory contains and how to trust it.
+
+An artifact is a directory holding the exported library and `manifest.json`. The manifest
+records everything the runtime needs without the compiler or the model's config (the
+normalised model config, parameter table, target, dtype, exported functions) plus a sha256
+of every file, so a truncated or swapped library is refused before it is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+LIBRARY_NAME = "model.so"
+
+
+class ArtifactError(ValueError):
+    """An artifact directory that cannot be used as it is."""
+
+
+@dataclass(frozen=True)
+class ParamEntry:
+    """One parameter of the compiled functions, in call order."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    sources: list[str]
+    concat_axis: int = 0
+
+
+@dataclass
+class Manifest:
+    """Contents of `manifest.json`."""
+
+    architecture: str
+    config_hash: str
+    model_config: dict[str, Any]
+    target: str
+    target_kind: str
+    dtype: str
+    tvm_version: str
+    vllm_tvm_version: str
+    functions: list[str]
+    params: list[ParamEntry]
+    files: dict[str, str] = field(default_factory=dict)
+    weights_reference: str | None = None
+    compile_seconds: float | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ArtifactError(
+                f"artifact manifest schema_version {version!r} is not supported; "
+                f"this vllm-tvm reads schema_version {SCHEMA_VERSION}"
+            )
+        fields = dict(data)
+        fields["params"] = [ParamEntry(**entry) for entry in data["params"]]
+        try:
+            return cls(**fields)
+        except TypeError as err:
+            raise ArtifactError(f"malformed artifact manifest: {err}") from err
+
+
+def sha256_of_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(artifact_dir: Path, manifest: Manifest) -> None:
+    """Hash every file beside the manifest and write `manifest.json`."""
+    manifest.files = {
+        path.name: sha256_of_file(path)
+        for path in sorted(artifact_dir.iterdir())
+        if path.is_file() and path.name != MANIFEST_NAME
+    }
+    (artifact_dir / MANIFEST_NAME).write_text(manifest.to_json(), encoding="utf-8")
+
+
+def read_manifest(artifact_dir: Path, verify: bool = True) -> Manifest:
+    """Read an artifact's manifest; with `verify`, refuse it if any file's sha256 differs."""
+    manifest_path = artifact_dir / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise ArtifactError(f"{artifact_dir} is not an artifact: no {MANIFEST_NAME}")
+    try:
+        data = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ArtifactError(f"{manifest_path} is not valid JSON: {err}") from err
+    manifest = Manifest.from_dict(data)
+    if LIBRARY_NAME not in manifest.files:
+        raise ArtifactError(f"artifact {artifact_dir} lists no {LIBRARY_NAME}")
+    if verify:
+        for name, expected in manifest.files.items():
+            path = artifact_dir / name
+            if not path.is_file():
+                raise ArtifactError(f"artifact file {path} is missing")
+            actual = sha256_of_file(path)
+            if actual != expected:
+                raise ArtifactError(
+                    f"artifact file {path} has sha256 {actual}, manifest says {expected}"
+                )
+    return manifest

@@ -1,0 +1,138 @@
+"""`vllm-tvm compile`: checkpoint config -> nn model -> Relax -> library + manifest.
+
+The artifact depends on the model's *config* only (never on weight values), so one artifact
+serves every checkpoint with the same config; the weights stay in the model directory and
+are read by the runtime at load.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tqdm import tqdm
+from tvm import relax
+
+import vllm_tvm
+from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
+from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, ParamEntry, write_manifest
+from vllm_tvm.compiler.pipeline import build_pipeline
+from vllm_tvm.compiler.targets import TargetSpec, resolve_target
+from vllm_tvm.model_defs.checkpoint import checkpoint_dtype, read_model_config
+from vllm_tvm.model_defs.registry import family_for
+
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+METADATA_FUNCTION = "_metadata"
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """What to compile: a checkpoint, for a target, in a dtype."""
+
+    model_path: Path
+    target: TargetSpec
+    dtype: str
+
+
+def make_request(model: str | Path, target: str = "llvm", dtype: str = "auto") -> CompileRequest:
+    """Validate user-facing compile options (target name, dtype) into a request."""
+    model_path = Path(model)
+    config = read_model_config(model_path)
+    resolved_dtype = checkpoint_dtype(config) if dtype == "auto" else dtype
+    if resolved_dtype not in SUPPORTED_DTYPES:
+        raise ValueError(
+            f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
+        )
+    return CompileRequest(model_path, resolve_target(target), resolved_dtype)
+
+
+def _attach_metadata(mod: tvm.IRModule, metadata: dict) -> tvm.IRModule:
+    """Add `_metadata() -> str` so a library describes itself without its manifest."""
+    builder = relax.BlockBuilder(mod)
+    with builder.function(METADATA_FUNCTION, params=[]):
+        builder.emit_func_output(tvm.ir.StringImm(json.dumps(metadata, sort_keys=True)))
+    return builder.get()
+
+
+def cache_key_for(request: CompileRequest) -> str:
+    """The content-addressed cache key of a request."""
+    config = read_model_config(request.model_path)
+    parsed = family_for(config).parse_config(config)
+    return artifact_key(parsed.fingerprint(), request.target.name, request.dtype, tvm.__version__)
+
+
+def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool = True) -> Path:
+    """Compile `request` into the artifact directory `output_dir` (replaced atomically)."""
+    started = time.perf_counter()
+    config = read_model_config(request.model_path)
+    family = family_for(config)
+    model_config = family.parse_config(config)
+    stages = tqdm(total=3, desc="compile", unit="stage", disable=not show_progress)
+
+    stages.set_postfix_str("export")
+    model = family.build_model(model_config, request.dtype, request.target.target)
+    mod, named_params = model.export_tvm(spec=model.export_spec())
+    params = []
+    for name, param in named_params:
+        sources, axis = family.weight_sources(name)
+        shape = [int(dim) for dim in param.shape]
+        params.append(ParamEntry(name, shape, str(param.dtype), sources, axis))
+    functions = [*model.export_spec().keys(), METADATA_FUNCTION]
+    metadata = {
+        "architecture": model_config.architecture,
+        "model_config": model_config.to_dict(),
+        "dtype": request.dtype,
+        "target": request.target.name,
+        "functions": functions,
+        "params": [param.name for param in params],
+    }
+    mod = _attach_metadata(mod, metadata)
+    stages.update()
+
+    stages.set_postfix_str(f"lower+build ({request.target.name})")
+    executable = request.target.build(mod, build_pipeline(request.target.target))
+    stages.update()
+
+    stages.set_postfix_str("write artifact")
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=output_dir.parent))
+    try:
+        request.target.export(executable, staging / LIBRARY_NAME)
+        manifest = Manifest(
+            architecture=model_config.architecture,
+            config_hash=model_config.fingerprint(),
+            model_config=model_config.to_dict(),
+            target=request.target.name,
+            target_kind=request.target.kind,
+            dtype=request.dtype,
+            tvm_version=tvm.__version__,
+            vllm_tvm_version=vllm_tvm.__version__,
+            functions=functions,
+            params=params,
+            weights_reference=str(request.model_path.resolve()),
+            compile_seconds=round(time.perf_counter() - started, 2),
+        )
+        write_manifest(staging, manifest)
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    stages.update()
+    stages.close()
+    return output_dir
+
+
+def compile_cached(request: CompileRequest, show_progress: bool = True) -> Path:
+    """The cached artifact for `request`, compiling it on first use."""
+    output_dir = artifact_dir_for(cache_key_for(request))
+    if (output_dir / "manifest.json").is_file():
+        return output_dir
+    return compile_model(request, output_dir, show_progress)

@@ -1,0 +1,44 @@
+"""Reading a checkpoint's model config, whatever form the checkpoint takes.
+
+A model is either an HF directory (config.json beside safetensors) or a single GGUF file
+whose metadata holds the config. Both become the same HF-style config dict here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class CheckpointError(ValueError):
+    """A model path that is not a usable checkpoint."""
+
+
+def is_gguf(path: Path) -> bool:
+    """True for a single-file GGUF checkpoint."""
+    return path.is_file() and path.suffix == ".gguf"
+
+
+def read_model_config(model_path: str | Path) -> dict[str, Any]:
+    """The HF-style config dict of a model directory or GGUF file."""
+    path = Path(model_path)
+    if is_gguf(path):
+        from vllm_tvm.model_defs.gguf_config import hf_config_from_gguf
+
+        return hf_config_from_gguf(path)
+    config_file = path / "config.json"
+    if not path.exists():
+        raise CheckpointError(f"model path {path} does not exist")
+    if not config_file.is_file():
+        raise CheckpointError(f"model directory {path} has no config.json")
+    try:
+        return json.loads(config_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{config_file} is not valid JSON: {err}") from err
+
+
+def checkpoint_dtype(config: dict[str, Any]) -> str:
+    """The dtype the checkpoint stores its weights in (`auto` resolves to this)."""
+    value = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return {"float": "float32", "half": "float16"}.get(str(value), str(value))

@@ -1,0 +1,152 @@
+"""One validated description of a llama-family model, read from an HF `config.json`.
+
+Why: HF configs of the four supported families spell the same facts differently (transformers
+4 writes `rope_theta` + `rope_scaling`, transformers 5 writes `rope_parameters`; Qwen2 has
+q/k/v bias without saying so; Qwen3 has per-head q/k RMSNorm). Everything downstream (the nn
+model, the compiler, the runtime) reads this dataclass instead, and anything the model
+definition cannot reproduce exactly is refused here, by name, before a compile starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+class ModelConfigError(ValueError):
+    """A checkpoint config the model definition cannot run exactly."""
+
+
+@dataclass(frozen=True)
+class LlamaFamilyConfig:
+    """Shape and numerics of a Llama / Mistral / Qwen2 / Qwen3 decoder."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_type: str = "default"
+    rope_scaling: dict[str, float] = field(default_factory=dict)
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_proj_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    sliding_window: int | None = None
+
+    @property
+    def linear_rope_factor(self) -> float:
+        """Positions are divided by this factor (1.0 unless rope_type is `linear`)."""
+        return float(self.rope_scaling["factor"]) if self.rope_type == "linear" else 1.0
+
+    @property
+    def context_limit(self) -> int:
+        """Longest sequence the compiled model reproduces exactly.
+
+        A sliding window is not implemented, so the context is capped at the window: within
+        it, windowed and full attention are the same computation.
+        """
+        if self.sliding_window is not None:
+            return min(self.max_position_embeddings, self.sliding_window)
+        return self.max_position_embeddings
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (stored in the artifact's metadata)."""
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON form: part of the artifact's cache key."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+def _require(config: dict[str, Any], key: str) -> Any:
+    if key not in config or config[key] is None:
+        raise ModelConfigError(
+            f"config.json of {config.get('architectures', ['?'])[0]} is missing required key "
+            f"'{key}'"
+        )
+    return config[key]
+
+
+def _rope_settings(config: dict[str, Any]) -> tuple[float, str, dict[str, float]]:
+    """(theta, rope type, scaling parameters) from either transformers 4 or 5 spelling."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        theta = float(params["rope_theta"])
+        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    else:
+        theta = float(config.get("rope_theta", 10000.0))
+        scaling = dict(config.get("rope_scaling") or {})
+    rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ModelConfigError(
+            f"unsupported rope_scaling type '{rope_type}'; supported: "
+            + ", ".join(SUPPORTED_ROPE_TYPES)
+        )
+    if rope_type == "default":
+        return theta, rope_type, {}
+    if rope_type == "linear":
+        return theta, rope_type, {"factor": float(_require(scaling, "factor"))}
+    missing = [k for k in LLAMA3_ROPE_KEYS if k not in scaling]
+    if missing:
+        raise ModelConfigError(f"rope_scaling type 'llama3' is missing key '{missing[0]}'")
+    return theta, rope_type, {k: float(scaling[k]) for k in LLAMA3_ROPE_KEYS}
+
+
+def _refuse_unsupported_features(config: dict[str, Any]) -> None:
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ModelConfigError(f"unsupported hidden_act '{act}'; supported: silu")
+    if config.get("pretraining_tp", 1) not in (1, None):
+        raise ModelConfigError(
+            f"unsupported pretraining_tp {config['pretraining_tp']}; supported: 1"
+        )
+
+
+def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
+    """Validate an HF config dict of a llama-family architecture and normalise it."""
+    architecture = _require(config, "architectures")[0]
+    _refuse_unsupported_features(config)
+    hidden = int(_require(config, "hidden_size"))
+    heads = int(_require(config, "num_attention_heads"))
+    theta, rope_type, rope_scaling = _rope_settings(config)
+    is_qwen2 = architecture == "Qwen2ForCausalLM"
+    is_qwen3 = architecture == "Qwen3ForCausalLM"
+    attention_bias = bool(config.get("attention_bias", False))
+    sliding = config.get("sliding_window")
+    if architecture.startswith("Qwen") and not config.get("use_sliding_window", False):
+        sliding = None
+    return LlamaFamilyConfig(
+        architecture=architecture,
+        vocab_size=int(_require(config, "vocab_size")),
+        hidden_size=hidden,
+        intermediate_size=int(_require(config, "intermediate_size")),
+        num_hidden_layers=int(_require(config, "num_hidden_layers")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(config.get("num_key_value_heads") or heads),
+        head_dim=int(config.get("head_dim") or hidden // heads),
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_type=rope_type,
+        rope_scaling=rope_scaling,
+        max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        qkv_bias=True if is_qwen2 else attention_bias,
+        o_proj_bias=False if is_qwen2 else attention_bias,
+        mlp_bias=bool(config.get("mlp_bias", False)),
+        qk_norm=is_qwen3,
+        sliding_window=int(sliding) if sliding else None,
+    )

@@ -1,0 +1,56 @@
+"""Layers shared by the model definitions.
+
+`NTLinear` exists because `nn.Linear` computes `matmul(x, permute_dims(W))`: without a
+transpose-fusing pass every decode step would re-transpose every weight (measured 8.9 ms vs
+1.5 ms per step on the H200). Here the product reads W in its checkpoint layout [out, in]
+directly, accumulates in fp32 whatever the storage dtype, and is one TIR function that the
+GEMV/matmul schedule rules recognise.
+"""
+
+from __future__ import annotations
+
+from tvm import te
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import Tensor, op
+
+ACCUMULATION_DTYPE = "float32"
+
+
+def _nt_matmul(x: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.Tensor:
+    """y[..., n] = sum_k x[..., k] * weight[n, k], summed in fp32, stored as out_dtype."""
+    reduce_len = x.shape[-1]
+    k = te.reduce_axis((0, reduce_len), name="k")
+    out_shape = (*x.shape[:-1], weight.shape[0])
+
+    def dot(*index):
+        return te.sum(
+            x[(*index[:-1], k)].astype(ACCUMULATION_DTYPE)
+            * weight[index[-1], k].astype(ACCUMULATION_DTYPE),
+            axis=k,
+        )
+
+    acc = te.compute(out_shape, dot, name="nt_matmul_acc")
+    if out_dtype == ACCUMULATION_DTYPE:
+        return acc
+    return te.compute(out_shape, lambda *i: acc[i].astype(out_dtype), name="nt_matmul")
+
+
+def nt_matmul(x: Tensor, weight: Tensor, out_dtype: str | None = None) -> Tensor:
+    """x @ weight.T for a weight stored [out, in]."""
+    return op.tensor_expr_op(
+        lambda a, w: _nt_matmul(a, w, out_dtype or x.dtype), "nt_matmul", [x, weight]
+    )
+
+
+class NTLinear(nn.Module):
+    """y = x W^T + b with W kept [out_features, in_features] (the checkpoint layout)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: str) -> None:
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter((out_features, in_features), dtype)
+        self.bias = nn.Parameter((out_features,), dtype) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = nt_matmul(x, self.weight)
+        return y + self.bias if self.bias is not None else y

@@ -1,0 +1,83 @@
+"""The paged KV cache object of a loaded model, driven through TVM's KV-state builtins.
+
+The cache is created by the artifact's `create_kv_cache` function (so its attention kernels
+match the model) and manipulated with `vm.builtin.kv_state_*` / `attention_kv_cache_*`.
+This class names those calls; the block accounting above it lives in the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+
+
+@dataclass(frozen=True)
+class KVCacheConfig:
+    """Sizes of the paged KV cache (all in tokens except `max_batch_size`)."""
+
+    max_batch_size: int = 32
+    max_total_seq_len: int = 8192
+    prefill_chunk_size: int = 2048
+    page_size: int = 16
+
+
+def _builtin(name: str) -> Any:
+    return tvm.get_global_func(f"vm.builtin.{name}")
+
+
+class PagedKVCache:
+    """One paged KV cache: sequences are added, extended by forwards, forked and removed."""
+
+    def __init__(self, create_fn: Any, config: KVCacheConfig) -> None:
+        shape = tvm.runtime.ShapeTuple
+        self.config = config
+        self.handle = create_fn(
+            shape([config.max_batch_size]),
+            shape([config.max_total_seq_len]),
+            shape([config.prefill_chunk_size]),
+            shape([config.page_size]),
+            shape([0]),
+        )
+        self._add = _builtin("kv_state_add_sequence")
+        self._remove = _builtin("kv_state_remove_sequence")
+        self._fork = _builtin("kv_state_fork_sequence")
+        self._popn = _builtin("kv_state_popn")
+        self._begin = _builtin("kv_state_begin_forward")
+        self._end = _builtin("kv_state_end_forward")
+        self._clear = _builtin("kv_state_clear")
+        self._available_pages = _builtin("attention_kv_cache_get_num_available_pages")
+        self._seq_len = _builtin("attention_kv_cache_get_sequence_length")
+
+    def add_sequence(self, seq_id: int) -> None:
+        self._add(self.handle, seq_id)
+
+    def remove_sequence(self, seq_id: int) -> None:
+        self._remove(self.handle, seq_id)
+
+    def fork_sequence(self, parent_id: int, child_id: int, fork_pos: int = -1) -> None:
+        """Child shares the parent's first `fork_pos` tokens (-1: all of them)."""
+        self._fork(self.handle, parent_id, child_id, fork_pos)
+
+    def popn(self, seq_id: int, count: int) -> None:
+        """Drop the last `count` tokens of a sequence."""
+        self._popn(self.handle, seq_id, count)
+
+    def begin_forward(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> None:
+        shape = tvm.runtime.ShapeTuple
+        self._begin(self.handle, shape(list(seq_ids)), shape(list(lengths)))
+
+    def end_forward(self) -> None:
+        self._end(self.handle)
+
+    def clear(self) -> None:
+        """Remove every sequence."""
+        self._clear(self.handle)
+
+    def available_pages(self) -> int:
+        return int(self._available_pages(self.handle))
+
+    def sequence_length(self, seq_id: int) -> int:
+        return int(self._seq_len(self.handle, seq_id))

@@ -1,0 +1,123 @@
+"""Runs a compiled artifact: weights on the device, the KV cache, and one forward call.
+
+The runner knows the compiled contract (embed / prefill / decode / create_kv_cache) and
+nothing about requests or sampling: callers hand it sequence ids and token ids and get fp32
+logits back as numpy arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
+from vllm_tvm.runtime.kv_cache import KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.weights import load_params, open_weights
+
+DEVICE_KINDS = {"cpu": "llvm", "cuda": "cuda"}
+
+
+def _tvm_device(device: str) -> Any:
+    import tvm
+
+    if device == "cpu":
+        return tvm.cpu(0)
+    if device == "cuda":
+        return tvm.cuda(0)
+    raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS))
+
+
+class ModelRunner:
+    """A loaded model: library, parameters and KV cache on one device."""
+
+    def __init__(
+        self,
+        artifact_dir: str | Path,
+        model_path: str | Path,
+        device: str = "cpu",
+        max_model_len: int | None = None,
+        max_batch_size: int = 1,
+        prefill_chunk_size: int = 2048,
+        page_size: int = 16,
+        show_progress: bool = True,
+    ) -> None:
+        """`max_model_len` None means the model's own limit; a larger value is refused."""
+        from vllm_tvm.runtime.tvm_runtime import load_runtime
+
+        tvm = load_runtime()
+        artifact_dir = Path(artifact_dir)
+        self.manifest: Manifest = read_manifest(artifact_dir)
+        expected_kind = DEVICE_KINDS.get(device)
+        if expected_kind is None:
+            raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS))
+        if self.manifest.target_kind != expected_kind:
+            raise ArtifactError(
+                f"artifact {artifact_dir} was built for target '{self.manifest.target}', "
+                f"which cannot run on device '{device}'"
+            )
+        self.device = _tvm_device(device)
+        library = tvm.runtime.load_module(str(artifact_dir / LIBRARY_NAME))
+        self.vm = tvm.runtime.vm.VirtualMachine(library, self.device)
+        self.params = load_params(
+            self.manifest.params, open_weights(model_path), self.device, show_progress
+        )
+        self.config = self.manifest.model_config
+        self.vocab_size = int(self.config["vocab_size"])
+        self.hidden_size = int(self.config["hidden_size"])
+        limit = int(self.config["max_position_embeddings"])
+        if self.config.get("sliding_window"):
+            limit = min(limit, int(self.config["sliding_window"]))
+        if max_model_len is not None and max_model_len > limit:
+            raise ValueError(
+                f"max_model_len {max_model_len} exceeds the model's context limit {limit}"
+            )
+        self.max_model_len = max_model_len or limit
+        self.kv_config = KVCacheConfig(
+            max_batch_size=max_batch_size,
+            max_total_seq_len=self.max_model_len * max_batch_size,
+            prefill_chunk_size=min(prefill_chunk_size, self.max_model_len),
+            page_size=page_size,
+        )
+        self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
+        self._embed = self.vm["embed"]
+        self._prefill = self.vm["prefill"]
+        self._decode = self.vm["decode"]
+        self._tvm = tvm
+
+    def _embed_tokens(self, token_ids: Sequence[int]) -> Any:
+        ids = self._tvm.runtime.tensor(np.asarray(token_ids, dtype=np.int32), self.device)
+        return self._embed(ids, self.params)
+
+    def prefill(self, seq_ids: Sequence[int], chunks: Sequence[Sequence[int]]) -> np.ndarray:
+        """Append each chunk to its sequence; logits [len(chunks), vocab] at each chunk's end.
+
+        The total length must fit the cache's prefill chunk size; the scheduler splits longer
+        work into several calls.
+        """
+        lengths = [len(chunk) for chunk in chunks]
+        total = sum(lengths)
+        if total > self.kv_config.prefill_chunk_size:
+            raise ValueError(
+                f"prefill of {total} tokens exceeds prefill_chunk_size "
+                f"{self.kv_config.prefill_chunk_size}"
+            )
+        flat = [token for chunk in chunks for token in chunk]
+        hidden = self._embed_tokens(flat)._create_view((1, total, self.hidden_size))
+        positions = np.cumsum(lengths, dtype=np.int32) - 1
+        logit_positions = self._tvm.runtime.tensor(positions, self.device)
+        self.kv_cache.begin_forward(seq_ids, lengths)
+        logits, _ = self._prefill(hidden, logit_positions, self.kv_cache.handle, self.params)
+        self.kv_cache.end_forward()
+        return logits.numpy().reshape(len(chunks), self.vocab_size)
+
+    def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> np.ndarray:
+        """One new token per sequence; logits [batch, vocab] after it."""
+        batch = len(seq_ids)
+        hidden = self._embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
+        self.kv_cache.begin_forward(seq_ids, [1] * batch)
+        logits, _ = self._decode(hidden, self.kv_cache.handle, self.params)
+        self.kv_cache.end_forward()
+        return logits.numpy().reshape(batch, self.vocab_size)

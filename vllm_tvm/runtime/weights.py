@@ -1,0 +1,89 @@
+"""Turning checkpoint tensors into the parameter list the compiled functions take.
+
+The artifact's manifest lists every parameter in call order with the checkpoint tensors it
+is made of (fused q/k/v and gate/up are concatenations). Loading checks each shape against
+the manifest before anything runs, so a checkpoint that does not fit the artifact is refused
+with the tensor's name instead of producing wrong output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import ml_dtypes
+import numpy as np
+from tqdm import tqdm
+
+from vllm_tvm.artifacts.manifest import ParamEntry
+
+
+class WeightSource(Protocol):
+    """Read access to a checkpoint's tensors by HF name."""
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> np.ndarray: ...
+
+
+class WeightMismatchError(ValueError):
+    """A checkpoint whose tensors do not fit the artifact."""
+
+
+_NUMPY_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+}
+
+
+def open_weights(model_path: str | Path) -> WeightSource:
+    """The weight source of a model directory (safetensors) or a GGUF file."""
+    path = Path(model_path)
+    if path.is_file() and path.suffix == ".gguf":
+        from vllm_tvm.runtime.gguf_weights import GGUFWeights
+
+        return GGUFWeights(path)
+    from vllm_tvm.runtime.safetensors_weights import SafetensorsWeights
+
+    return SafetensorsWeights(path)
+
+
+def _to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    target = _NUMPY_DTYPES[dtype]
+    if array.dtype == target:
+        return array
+    if array.dtype == _NUMPY_DTYPES["bfloat16"] or target == _NUMPY_DTYPES["bfloat16"]:
+        # ml_dtypes converts through float32 with round-to-nearest-even.
+        return array.astype(np.float32).astype(target)
+    return array.astype(target)
+
+
+def assemble_param(entry: ParamEntry, source: WeightSource) -> np.ndarray:
+    """One parameter as a host array of the artifact's dtype and shape."""
+    available = set(source.names())
+    missing = [name for name in entry.sources if name not in available]
+    if missing:
+        raise WeightMismatchError(
+            f"checkpoint has no tensor '{missing[0]}' (needed for parameter {entry.name})"
+        )
+    parts = [_to_dtype(np.asarray(source.get(name)), entry.dtype) for name in entry.sources]
+    array = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=entry.concat_axis)
+    if list(array.shape) != entry.shape:
+        raise WeightMismatchError(
+            f"checkpoint tensor(s) {', '.join(entry.sources)} give shape {list(array.shape)}; "
+            f"the artifact expects {entry.shape} for {entry.name}"
+        )
+    return np.ascontiguousarray(array)
+
+
+def load_params(
+    entries: list[ParamEntry], source: WeightSource, device: Any, show_progress: bool = True
+) -> list[Any]:
+    """Every parameter uploaded to `device` (a TVM device), in call order."""
+    import tvm
+
+    uploaded = []
+    for entry in tqdm(entries, desc="load weights", unit="tensor", disable=not show_progress):
+        uploaded.append(tvm.runtime.tensor(assemble_param(entry, source), device))
+    return uploaded
