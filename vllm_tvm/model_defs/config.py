@@ -15,7 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
-LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+LLAMA3_ROPE_KEYS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
 
 
 class ModelConfigError(ValueError):

@@ -47,8 +47,12 @@ class LlamaAttention(nn.Module):
             self.num_q_heads * self.head_dim, config.hidden_size, config.o_proj_bias, dtype
         )
         if config.qk_norm:
-            self.q_norm = nn.RMSNorm(self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype)
-            self.k_norm = nn.RMSNorm(self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype)
+            self.q_norm = nn.RMSNorm(
+                self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype
+            )
+            self.k_norm = nn.RMSNorm(
+                self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype
+            )
         else:
             self.q_norm = None
             self.k_norm = None
@@ -134,9 +138,7 @@ class LlamaForCausalLM(nn.Module):
         )
 
     def _logits(self, hidden: Tensor) -> Tensor:
-        weight = (
-            self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        )
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return nt_matmul(hidden, weight, out_dtype="float32")
 
     def embed(self, input_ids: Tensor) -> Tensor:

@@ -54,6 +54,7 @@ class LLM:
         device: str = "cpu",
         dtype: str = "auto",
         max_model_len: int | None = None,
+        max_num_seqs: int = 4,
         prefill_chunk_size: int = 2048,
         page_size: int = 16,
         seed: int | None = None,
@@ -71,6 +72,7 @@ class LLM:
             self.model_path,
             device=device,
             max_model_len=max_model_len,
+            max_batch_size=max_num_seqs,
             prefill_chunk_size=prefill_chunk_size,
             page_size=page_size,
             show_progress=show_progress,
@@ -104,9 +106,7 @@ class LLM:
             else list(sampling_params)
         )
         if len(params_list) != len(prompts):
-            raise ValueError(
-                f"got {len(params_list)} sampling params for {len(prompts)} prompts"
-            )
+            raise ValueError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
         results = []
         for request_index, (prompt, params) in enumerate(zip(prompts, params_list, strict=True)):
             text, ids = self._prompt_ids(prompt)
@@ -114,13 +114,16 @@ class LLM:
             metrics = RequestMetrics()
             for index in range(params.n):
                 completion, metrics = run_request(
-                    self.runner, self.tokenizer, self.sampler, ids, params,
-                    self.eos_token_ids, index,
+                    self.runner,
+                    self.tokenizer,
+                    self.sampler,
+                    ids,
+                    params,
+                    self.eos_token_ids,
+                    index,
                 )
                 completions.append(completion)
-            results.append(
-                RequestOutput(str(request_index), text, ids, completions, True, metrics)
-            )
+            results.append(RequestOutput(str(request_index), text, ids, completions, True, metrics))
         return results
 
     def stream(

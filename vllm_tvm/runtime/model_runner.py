@@ -52,7 +52,9 @@ class ModelRunner:
         self.manifest: Manifest = read_manifest(artifact_dir)
         expected_kind = DEVICE_KINDS.get(device)
         if expected_kind is None:
-            raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS))
+            raise ValueError(
+                f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS)
+            )
         if self.manifest.target_kind != expected_kind:
             raise ArtifactError(
                 f"artifact {artifact_dir} was built for target '{self.manifest.target}', "
@@ -91,11 +93,17 @@ class ModelRunner:
         ids = self._tvm.runtime.tensor(np.asarray(token_ids, dtype=np.int32), self.device)
         return self._embed(ids, self.params)
 
-    def prefill(self, seq_ids: Sequence[int], chunks: Sequence[Sequence[int]]) -> np.ndarray:
-        """Append each chunk to its sequence; logits [len(chunks), vocab] at each chunk's end.
+    def prefill(
+        self,
+        seq_ids: Sequence[int],
+        chunks: Sequence[Sequence[int]],
+        logit_positions: Sequence[int] | None = None,
+    ) -> np.ndarray:
+        """Append each chunk to its sequence in one ragged forward; fp32 logits as numpy.
 
-        The total length must fit the cache's prefill chunk size; the scheduler splits longer
-        work into several calls.
+        `logit_positions` index the concatenated chunk tokens (default: each chunk's last
+        token, one row per chunk). The total length must fit the cache's prefill chunk size;
+        the scheduler splits longer work into several calls.
         """
         lengths = [len(chunk) for chunk in chunks]
         total = sum(lengths)
@@ -104,14 +112,17 @@ class ModelRunner:
                 f"prefill of {total} tokens exceeds prefill_chunk_size "
                 f"{self.kv_config.prefill_chunk_size}"
             )
+        if logit_positions is None:
+            positions = np.cumsum(lengths, dtype=np.int32) - 1
+        else:
+            positions = np.asarray(logit_positions, dtype=np.int32)
         flat = [token for chunk in chunks for token in chunk]
         hidden = self._embed_tokens(flat)._create_view((1, total, self.hidden_size))
-        positions = np.cumsum(lengths, dtype=np.int32) - 1
-        logit_positions = self._tvm.runtime.tensor(positions, self.device)
+        positions_on_device = self._tvm.runtime.tensor(positions, self.device)
         self.kv_cache.begin_forward(seq_ids, lengths)
-        logits, _ = self._prefill(hidden, logit_positions, self.kv_cache.handle, self.params)
+        logits, _ = self._prefill(hidden, positions_on_device, self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
-        return logits.numpy().reshape(len(chunks), self.vocab_size)
+        return logits.numpy().reshape(len(positions), self.vocab_size)
 
     def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> np.ndarray:
         """One new token per sequence; logits [batch, vocab] after it."""

@@ -80,8 +80,9 @@ class SafetensorsWeights:
                         "supported: " + ", ".join(_DTYPES)
                     )
                 begin, end = info["data_offsets"]
-                record = _TensorRecord(path, dtype, tuple(info["shape"]), data_start + begin,
-                                       data_start + end)
+                record = _TensorRecord(
+                    path, dtype, tuple(info["shape"]), data_start + begin, data_start + end
+                )
                 expected = int(np.prod(record.shape, dtype=np.int64)) * dtype.itemsize
                 if end - begin != expected or record.end > path.stat().st_size:
                     raise CheckpointFormatError(

@@ -1,0 +1,31 @@
+"""Shared fixtures: tiny checkpoints made once per run, compiled once per run (cached)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tiny_models import TINY_MODELS, make_tiny_model
+
+
+@pytest.fixture(scope="session", autouse=True)
+def artifact_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every compile of the run goes to one cache, so each tiny model compiles once."""
+    configured = os.environ.get("VLLM_TVM_TEST_CACHE_DIR")
+    cache = Path(configured) if configured else tmp_path_factory.mktemp("vllm_tvm_cache")
+    os.environ["VLLM_TVM_CACHE_DIR"] = str(cache)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Factory: the directory of a tiny checkpoint by name (made on first request)."""
+    made: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in made:
+            made[name] = make_tiny_model(TINY_MODELS[name], tmp_path_factory.mktemp(name))
+        return made[name]
+
+    return get

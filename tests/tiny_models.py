@@ -1,0 +1,113 @@
+"""Tiny random HF checkpoints (real config.json / tokenizer.json / safetensors layout).
+
+Each is made by transformers itself, so the checkpoint is exactly what a user would point
+vllm-tvm at, and transformers on the same files is the oracle.
+"""
+
+from __future__ import annotations
+
+import this
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+CORPUS = [
+    "".join(this.d.get(c, c) for c in this.s),
+    "Once upon a time there was a little compiler that turned models into fast code. "
+    "The quick brown fox jumps over the lazy dog; 0123456789 + - * / = ? ! (ok) [yes] {no}.",
+    "Paged attention keeps keys and values in blocks; a scheduler batches requests together.",
+]
+
+TOKENIZER_VOCAB = 512
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """One tiny checkpoint: HF config class name and the config overrides that matter."""
+
+    name: str
+    config_class: str
+    overrides: dict[str, Any]
+
+
+BASE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "initializer_range": 0.2,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+}
+
+TINY_MODELS = {
+    spec.name: spec
+    for spec in [
+        TinyModelSpec("llama", "LlamaConfig", {}),
+        TinyModelSpec(
+            "llama3_rope_tied",
+            "LlamaConfig",
+            {
+                "tie_word_embeddings": True,
+                "rope_theta": 500000.0,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                },
+            },
+        ),
+        TinyModelSpec(
+            "llama_linear_rope_mha",
+            "LlamaConfig",
+            {"num_key_value_heads": 4, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        ),
+        TinyModelSpec("mistral", "MistralConfig", {"sliding_window": None}),
+        TinyModelSpec("qwen2_tied_bias", "Qwen2Config", {"tie_word_embeddings": True}),
+        TinyModelSpec("qwen3_qknorm", "Qwen3Config", {"head_dim": 32}),
+    ]
+}
+
+
+def train_tokenizer(path: Path) -> Tokenizer:
+    """A byte-level BPE with BOS/EOS specials, trained on a small fixed corpus."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(CORPUS * 4, trainer)
+    tokenizer.save(str(path / "tokenizer.json"))
+    return tokenizer
+
+
+def make_tiny_model(spec: TinyModelSpec, path: Path, seed: int = 0) -> Path:
+    """Write the checkpoint of `spec` into `path`: config, weights and tokenizer."""
+    import transformers
+
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(path)
+    config_class = getattr(transformers, spec.config_class)
+    config = config_class(**{**BASE, "vocab_size": tokenizer.get_vocab_size(), **spec.overrides})
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.save_pretrained(path, safe_serialization=True)
+    return path
+
+
+def load_oracle(path: Path) -> Any:
+    """transformers' model on the same files, fp32, eval mode."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

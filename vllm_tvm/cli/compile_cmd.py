@@ -1,0 +1,42 @@
+"""`vllm-tvm compile MODEL --target T [--dtype D] [--output DIR]`: build an artifact."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "compile",
+        help="compile a model into an artifact (library + manifest)",
+        description="Compile a checkpoint (HF directory or .gguf) for one target.",
+    )
+    parser.add_argument("model", help="HF model directory or .gguf file")
+    parser.add_argument(
+        "--target",
+        default="llvm",
+        help="llvm (this CPU), cuda (= cuda:sm_90a), cuda:sm_80|sm_89|sm_90a|sm_100a|sm_120a",
+    )
+    parser.add_argument(
+        "--dtype", default="auto", help="auto (the checkpoint's), float32, float16, bfloat16"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="artifact directory (default: the content-addressed cache)",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vllm_tvm.compiler.build import compile_cached, compile_model, make_request
+
+    request = make_request(args.model, args.target, args.dtype)
+    if args.output is None:
+        artifact = compile_cached(request)
+    else:
+        artifact = compile_model(request, args.output)
+    print(artifact)
+    return 0

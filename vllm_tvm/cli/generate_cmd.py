@@ -1,0 +1,128 @@
+"""`vllm-tvm generate`: one-shot completion with the flags of the reference `vllm-cli`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEVICES = ("cpu", "cuda")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "generate",
+        help="complete one prompt",
+        description="Load (compiling on first use) a model and complete one prompt.",
+    )
+    parser.add_argument("--model", required=True, help="HF model directory or .gguf file")
+    parser.add_argument("--prompt", required=True, help="prompt text")
+    parser.add_argument(
+        "--artifact",
+        type=Path,
+        default=None,
+        help="prebuilt artifact directory (default: compile into the cache)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=16,
+        help="max tokens to generate (<= 0: up to the length limit)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (<= 0 means greedy)"
+    )
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus cutoff")
+    parser.add_argument("--top-k", type=int, default=0, help="top-k (0 means all)")
+    parser.add_argument("--seed", type=int, default=None, help="RNG seed")
+    parser.add_argument("--stream", action="store_true", help="stream text to stdout")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="load once, run N completions, report warm decode tok/s",
+    )
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
+    parser.add_argument(
+        "--dtype", default="auto", help="auto (the checkpoint's), float32, float16, bfloat16"
+    )
+    parser.add_argument(
+        "--max-model-len", type=int, default=None, help="context length (default: the model's)"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object with ids, text, finish reason, timings",
+    )
+    parser.set_defaults(run=run)
+
+
+def _timings(metrics) -> dict[str, float]:
+    return {
+        "prefill_seconds": round(metrics.prefill_seconds, 6),
+        "time_to_first_token_seconds": round(metrics.time_to_first_token, 6),
+        "decode_seconds": round(metrics.decode_seconds, 6),
+        "decode_tokens": metrics.decode_tokens,
+        "decode_tokens_per_second": round(metrics.decode_tokens_per_second, 3),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
+    from vllm_tvm.runtime.llm import LLM
+    from vllm_tvm.runtime.outputs import RequestMetrics
+    from vllm_tvm.runtime.sampling_params import SamplingParams
+
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+    )
+    show_progress = not args.json
+    llm = LLM(
+        args.model,
+        artifact=args.artifact,
+        device=args.device,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        show_progress=show_progress,
+    )
+    if args.stream and not args.json:
+        metrics = RequestMetrics()
+        for delta in llm.stream(args.prompt, params, metrics):
+            sys.stdout.write(delta.text)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        return 0
+    runs = [llm.generate(args.prompt, params)[0] for _ in range(args.repeat)]
+    result = runs[-1]
+    completion = result.outputs[0]
+    if args.json:
+        warm = [run.metrics.decode_tokens_per_second for run in runs[1:]] or [
+            result.metrics.decode_tokens_per_second
+        ]
+        print(
+            json.dumps(
+                {
+                    "prompt_token_ids": result.prompt_token_ids,
+                    "token_ids": completion.token_ids,
+                    "text": completion.text,
+                    "finish_reason": completion.finish_reason,
+                    "timings": _timings(result.metrics),
+                    "repeat": args.repeat,
+                    "warm_decode_tokens_per_second": round(max(warm), 3),
+                }
+            )
+        )
+        return 0
+    print(completion.text)
+    if args.repeat > 1:
+        rates = [run.metrics.decode_tokens_per_second for run in runs[1:]]
+        print(
+            f"warm decode: {max(rates):.2f} tok/s (best of {len(rates)} warm runs)", file=sys.stderr
+        )
+    return 0
