@@ -1,0 +1,122 @@
+"""Weights of a GGUF checkpoint, by HF tensor name and in HF layout.
+
+Why this exists: the runtime and compiler consume weights the way a transformers checkpoint
+holds them (``model.layers.N.self_attn.q_proj.weight``, ``[out, in]``). A GGUF file stores
+them under llama.cpp names, in ggml's reversed shape order, block-quantized, and, for the
+``llama`` architecture, with the rows of Q and K reordered by llama.cpp's converter for its
+interleaved rotary embedding. This class hides all of that: it maps names, dequantizes one
+tensor at a time on demand with the ``gguf`` package (straight from the reader's memory map,
+never copying the file) and puts Q/K rows back in HF order. ``raw`` exposes the still
+quantized blocks (rows in HF order too) for kernels that dequantize on the fly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGMLQuantizationType, ReaderTensor
+from gguf.quants import dequantize
+
+from vllm_tvm.model_defs.gguf_config import (
+    ROPE_FREQS_TENSOR,
+    GGUFSource,
+    architecture_of,
+    hf_config_from_gguf,
+    hf_tensor_name,
+    open_gguf,
+)
+
+
+@dataclass(frozen=True)
+class RawTensor:
+    """A tensor exactly as stored, rows in HF order.
+
+    ``data`` is uint8 of shape ``shape[:-1] + (bytes per row,)``: each row holds the ggml
+    blocks (or plain F32/F16/BF16 values) of one HF row. ``shape`` is the logical HF shape.
+    """
+
+    data: npt.NDArray[np.uint8]
+    quant_type: GGMLQuantizationType
+    shape: tuple[int, ...]
+
+
+class GGUFWeights:
+    """Read-only, lazily dequantizing view of a supported GGUF file's weights.
+
+    Construction refuses unsupported files (see ``check_gguf_supported``) without reading
+    tensor data. ``config`` is the file's HF config dict. With tied embeddings the file has
+    no ``lm_head.weight`` and neither does ``names()``, exactly like an HF checkpoint.
+    """
+
+    def __init__(self, source: GGUFSource) -> None:
+        """Open ``source`` (a path or an already opened ``GGUFReader``)."""
+        reader = open_gguf(source)
+        self.config: dict[str, Any] = hf_config_from_gguf(reader)
+        arch = architecture_of(reader)
+        self._tensors: dict[str, ReaderTensor] = {
+            hf_tensor_name(t.name, arch): t for t in reader.tensors if t.name != ROPE_FREQS_TENSOR
+        }
+        self._heads: dict[str, int] = {}
+        if arch == "llama":
+            self._heads = {
+                "q_proj": self.config["num_attention_heads"],
+                "k_proj": self.config["num_key_value_heads"],
+            }
+
+    def names(self) -> list[str]:
+        """HF names of all tensors in the file, in file order."""
+        return list(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Logical HF shape of tensor ``name`` (``[out, in]`` for linear weights)."""
+        return tuple(int(d) for d in reversed(self._tensor(name).shape))
+
+    def get(self, name: str, dtype: npt.DTypeLike = "float32") -> np.ndarray:
+        """Tensor ``name`` dequantized to ``dtype``, in HF layout, as a fresh array."""
+        tensor = self._tensor(name)
+        values = dequantize(tensor.data, tensor.tensor_type).reshape(self.shape(name))
+        order = self._hf_row_order(name)
+        if order is not None:
+            values = values[order]
+        return np.array(values, dtype=dtype)
+
+    def raw(self, name: str) -> RawTensor:
+        """Tensor ``name`` still quantized: its block bytes, quant type and HF shape.
+
+        Without a row reordering this is a view of the file's memory map; Q/K weights of
+        ``llama`` files are gathered into HF row order (a copy of that tensor only).
+        """
+        tensor = self._tensor(name)
+        shape = self.shape(name)
+        data = tensor.data.view(np.uint8)
+        data = data.reshape(*shape[:-1], data.size // max(1, int(np.prod(shape[:-1]))))
+        order = self._hf_row_order(name)
+        if order is not None:
+            data = data[order]
+        return RawTensor(data, GGMLQuantizationType(tensor.tensor_type), shape)
+
+    def _tensor(self, name: str) -> ReaderTensor:
+        """The reader's tensor for HF name ``name``; ``KeyError`` listing what exists."""
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(
+                f"no tensor {name!r} in this GGUF file; it has: {', '.join(self._tensors)}"
+            ) from None
+
+    def _hf_row_order(self, name: str) -> np.ndarray | None:
+        """Row gather indices undoing llama.cpp's Q/K permutation, or None if not permuted.
+
+        The converter stores, per head, the rotary pairs interleaved (row ``2j + t`` holds HF
+        row ``t * head_dim / 2 + j``); the inverse regroups each head's halves.
+        """
+        parts = name.split(".")
+        if len(parts) < 2 or parts[-2] not in self._heads:
+            return None
+        heads = self._heads[parts[-2]]
+        rows = self.shape(name)[0]
+        half = rows // heads // 2
+        return np.arange(rows).reshape(heads, half, 2).transpose(0, 2, 1).reshape(rows)
