@@ -8,7 +8,7 @@ them from one place and never care which layout they came from.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ class Tokenizer:
     chat_template: str | None = None
     bos_token: str | None = None
     eos_token: str | None = None
+    # Alternative templates by name (e.g. "tool_use", "rag"), as some checkpoints ship.
+    named_chat_templates: dict[str, str] = field(default_factory=dict)
 
     @property
     def vocab_size(self) -> int:
@@ -53,55 +55,79 @@ class Tokenizer:
         """The vocabulary string of one id (None when the id is out of range)."""
         return self.backend.id_to_token(token_id)
 
+    def apply_chat_template(
+        self,
+        messages: list[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: list[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """The prompt text for `messages` from this checkpoint's chat template (or the given
+        `chat_template`, or a named one such as "tool_use"), rendered like HF transformers.
 
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        The text already holds the template's special tokens: encode it with
+        `add_special_tokens=False`. Extra keywords (e.g. `enable_thinking`) reach the template.
+        Raises `ValueError` when there is no template.
+        """
+        from vllm_tvm.runtime.tokenization.chat_template import render_chat_template
+
+        template = self._select_template(chat_template, tools)
+        return render_chat_template(
+            template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+            **kwargs,
+        )
+
+    def _select_template(
+        self, chat_template: str | None, tools: list[Mapping[str, Any]] | None
+    ) -> str:
+        if chat_template is not None:
+            return self.named_chat_templates.get(chat_template, chat_template)
+        if tools and "tool_use" in self.named_chat_templates:
+            return self.named_chat_templates["tool_use"]
+        if self.chat_template is not None:
+            return self.chat_template
+        raise ValueError(
+            "this checkpoint has no chat template; pass chat_template=<jinja text> "
+            f"(named templates available: {sorted(self.named_chat_templates) or 'none'})"
+        )
 
 
-def _token_content(value: Any) -> str | None:
-    """tokenizer_config.json stores special tokens as a string or as an AddedToken dict."""
-    if isinstance(value, dict):
-        return value.get("content")
-    return value if isinstance(value, str) else None
-
-
-def _load_hf_directory(model_dir: Path) -> Tokenizer:
-    tokenizer_file = model_dir / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise FileNotFoundError(f"no tokenizer.json in {model_dir}")
-    backend = HFTokenizer.from_file(str(tokenizer_file))
-    tok_config = _read_json(model_dir / "tokenizer_config.json")
-    model_config = _read_json(model_dir / "config.json")
-    bos_token = _token_content(tok_config.get("bos_token"))
-    eos_token = _token_content(tok_config.get("eos_token"))
-    bos_id = backend.token_to_id(bos_token) if bos_token else model_config.get("bos_token_id")
-    eos_ids: list[int] = []
-    if eos_token and backend.token_to_id(eos_token) is not None:
-        eos_ids.append(backend.token_to_id(eos_token))
-    config_eos = model_config.get("eos_token_id")
-    for eos in config_eos if isinstance(config_eos, list) else [config_eos]:
-        if isinstance(eos, int) and eos not in eos_ids:
-            eos_ids.append(eos)
-    chat_template = tok_config.get("chat_template")
-    template_file = model_dir / "chat_template.jinja"
-    if template_file.is_file():
-        chat_template = template_file.read_text(encoding="utf-8")
-    return Tokenizer(
-        backend=backend,
-        bos_token_id=bos_id,
-        eos_token_ids=eos_ids,
-        add_bos_token=bool(tok_config.get("add_bos_token", False)),
-        chat_template=chat_template if isinstance(chat_template, str) else None,
-        bos_token=bos_token,
-        eos_token=eos_token,
-    )
+_HF_MARKERS = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load the tokenizer of a model directory (or a tokenizer file's directory)."""
+    """Load the tokenizer of a model directory, of a tokenizer file inside one, or of a
+    `.gguf` file.
+
+    A directory may hold `tokenizer.json`, a SentencePiece `tokenizer.model`, or
+    `vocab.json` + `merges.txt` (tried in that order), with the usual HF config files; a
+    directory with none of them but exactly one `.gguf` file loads that file's vocabulary.
+    Raises `FileNotFoundError` when none is there and `ValueError` for unsupported variants.
+    """
+    from vllm_tvm.runtime.tokenization.gguf_vocab import load_gguf_tokenizer
+    from vllm_tvm.runtime.tokenization.hf_directory import TOKENIZER_FILES, load_hf_directory
+
     path = Path(path)
-    if path.is_file() and path.name == "tokenizer.json":
+    if path.is_file() and path.suffix == ".gguf":
+        return load_gguf_tokenizer(path)
+    if path.is_file():
         path = path.parent
     if path.is_dir():
-        return _load_hf_directory(path)
-    raise FileNotFoundError(f"no tokenizer found at {path}")
+        has_hf_files = any((path / name).is_file() for name in _HF_MARKERS)
+        ggufs = sorted(path.glob("*.gguf"))
+        if not has_hf_files and len(ggufs) == 1:
+            return load_gguf_tokenizer(ggufs[0])
+        if not has_hf_files and len(ggufs) > 1:
+            raise FileNotFoundError(
+                f"no {', '.join(TOKENIZER_FILES)} in {path}, and {len(ggufs)} .gguf files: "
+                "pass the one to use"
+            )
+        return load_hf_directory(path)
+    raise FileNotFoundError(f"no tokenizer found at {path}: expected a directory or a .gguf file")
