@@ -1,0 +1,182 @@
+"""DeepSeek V3 / R1 tool calls, between DeepSeek's special tokens.
+
+The tokens are written here with ASCII ``|`` and ``_``; the real ones use the full-width bar
+U+FF5C and U+2581 between words (see the constants). V3 and the R1 distills write, inside
+``<|tool_calls_begin|>...<|tool_calls_end|>``::
+
+    <|tool_call_begin|>function<|tool_sep|>NAME
+    ```json
+    {...arguments...}
+    ```<|tool_call_end|>
+
+V3.1 drops the type and the fence: ``<|tool_call_begin|>NAME<|tool_sep|>{...}<|tool_call_end|>``.
+Both are read: after the separator a ``{`` means the V3.1 form. A missing closing fence, call
+end or block end at the very end of the generation is tolerated (one of DeepSeek's own
+templates leaves the block end out after a single call).
+"""
+
+from __future__ import annotations
+
+from vllm_tvm.server.tool_parsers.base import (
+    DialectReader,
+    MalformedToolCall,
+    State,
+    ToolParser,
+    Tools,
+)
+from vllm_tvm.server.tool_parsers.json_call import RawJsonArguments
+from vllm_tvm.server.tool_parsers.scanning import (
+    Incomplete,
+    find_first,
+    match_literal,
+    partial_marker_length,
+    skip_whitespace,
+)
+
+CALLS_BEGIN = "<｜tool▁calls▁begin｜>"  # noqa: RUF001
+CALLS_END = "<｜tool▁calls▁end｜>"  # noqa: RUF001
+CALL_BEGIN = "<｜tool▁call▁begin｜>"  # noqa: RUF001
+CALL_END = "<｜tool▁call▁end｜>"  # noqa: RUF001
+SEPARATOR = "<｜tool▁sep｜>"  # noqa: RUF001
+FENCE = "```"
+FENCE_LANGUAGE = "json"
+
+
+class DeepSeekV3Reader(DialectReader):
+    """Content, then one block of calls; text after the block is dropped."""
+
+    def __init__(self, tools: Tools | None) -> None:
+        super().__init__(tools)
+        self._args: RawJsonArguments | None = None
+        self._head = ""
+        self._fenced = False
+        self._calls = 0
+
+    def _initial_state(self) -> State:
+        return self._in_content
+
+    def _in_content(self, text: str, final: bool) -> bool:
+        index = self._read_content(text, final, (CALLS_BEGIN,))
+        if index is None:
+            return False
+        self._pos = index + len(CALLS_BEGIN)
+        self._state = self._in_block
+        return True
+
+    def _in_block(self, text: str, final: bool) -> bool:
+        pos = skip_whitespace(text, self._pos)
+        if pos >= len(text) and final and self._calls:
+            self._state = self._after_block
+            return True
+        if match_literal(text, pos, CALL_BEGIN):
+            self._pos = pos + len(CALL_BEGIN)
+            self._state = self._call_head
+            return True
+        if match_literal(text, pos, CALLS_END) and self._calls:
+            self._pos = self.committed = pos + len(CALLS_END)
+            self._state = self._after_block
+            return True
+        raise MalformedToolCall(f"expected {CALL_BEGIN} in the tool-call block")
+
+    def _call_head(self, text: str, final: bool) -> bool:
+        found = find_first(text, self._pos, (SEPARATOR,))
+        if found is None:
+            head = text[
+                self._pos : len(text) - partial_marker_length(text, self._pos, (SEPARATOR,))
+            ]
+            if "\n" in head or "<" in head:
+                raise MalformedToolCall(f"expected {SEPARATOR} in a tool call")
+            raise Incomplete
+        self._head = text[self._pos : found[0]].strip()
+        self._pos = found[0] + len(SEPARATOR)
+        self._state = self._after_separator
+        return True
+
+    def _after_separator(self, text: str, final: bool) -> bool:
+        pos = skip_whitespace(text, self._pos)
+        if pos >= len(text):
+            raise Incomplete
+        if text[pos] == "{":
+            self._begin_call(self._head)
+            self._fenced = False
+            self._pos = pos
+            self._state = self._arguments_open
+            return True
+        found = find_first(text, pos, ("\n", FENCE))
+        if found is None:
+            raise Incomplete
+        self._begin_call(text[pos : found[0]].strip())
+        self._fenced = True
+        self._pos = found[0]
+        self._state = self._opening_fence
+        return True
+
+    def _begin_call(self, name: str) -> None:
+        if not name or any(c.isspace() for c in name):
+            raise MalformedToolCall(f"invalid function name {name!r}")
+        self._start_call(name)
+        self._calls += 1
+
+    def _opening_fence(self, text: str, final: bool) -> bool:
+        pos = skip_whitespace(text, self._pos)
+        if not match_literal(text, pos, FENCE):
+            raise MalformedToolCall("expected a ```json fence before the arguments")
+        pos += len(FENCE)
+        if match_literal(text, pos, FENCE_LANGUAGE):
+            pos += len(FENCE_LANGUAGE)
+        self._pos = pos
+        self._state = self._arguments_open
+        return True
+
+    def _arguments_open(self, text: str, final: bool) -> bool:
+        pos = skip_whitespace(text, self._pos)
+        if pos >= len(text):
+            raise Incomplete
+        if text[pos] != "{":
+            raise MalformedToolCall("expected the JSON arguments object")
+        self._args = RawJsonArguments(pos, self._arguments)
+        self._state = self._in_arguments
+        return True
+
+    def _in_arguments(self, text: str, final: bool) -> bool:
+        assert self._args is not None
+        self._pos = self.committed = self._args.advance(text)
+        self._state = self._closing_fence if self._fenced else self._call_end
+        return True
+
+    def _closing_fence(self, text: str, final: bool) -> bool:
+        self._pos = self._optional(text, final, FENCE)
+        self._state = self._call_end
+        return True
+
+    def _call_end(self, text: str, final: bool) -> bool:
+        self._pos = self.committed = self._optional(text, final, CALL_END)
+        self._state = self._in_block
+        return True
+
+    def _optional(self, text: str, final: bool, literal: str) -> int:
+        """The index after ``literal`` (after whitespace); at the end of a finished text the
+        literal may be missing."""
+        pos = skip_whitespace(text, self._pos)
+        if pos >= len(text) and final:
+            return pos
+        try:
+            if match_literal(text, pos, literal):
+                return pos + len(literal)
+        except Incomplete:
+            if not final:
+                raise
+        raise MalformedToolCall(f"expected {literal} after the call arguments")
+
+    def _after_block(self, text: str, final: bool) -> bool:
+        self._pos = self.committed = len(text)
+        return False
+
+
+class DeepSeekV3ToolParser(ToolParser):
+    """``deepseek_v3``: DeepSeek V3 / R1 calls (and the V3.1 unfenced form)."""
+
+    name = "deepseek_v3"
+
+    def reader(self, tools: Tools | None) -> DialectReader:
+        return DeepSeekV3Reader(tools)
