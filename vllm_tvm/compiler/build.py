@@ -11,7 +11,8 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
@@ -20,12 +21,15 @@ from tvm import relax
 
 import vllm_tvm
 from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
-from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, ParamEntry, write_manifest
+from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, write_manifest
 from vllm_tvm.compiler.cuda_build import build_relax_module, export
 from vllm_tvm.compiler.pipeline import build_pipeline
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
+from vllm_tvm.compiler.weight_plan import param_entry, plan_weight_formats
 from vllm_tvm.model_defs.checkpoint import checkpoint_dtype, is_gguf, read_model_config
+from vllm_tvm.model_defs.quant_linear import apply_weight_formats
 from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.model_defs.weight_formats import NATIVE
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 METADATA_FUNCTION = "_metadata"
@@ -33,15 +37,23 @@ METADATA_FUNCTION = "_metadata"
 
 @dataclass(frozen=True)
 class CompileRequest:
-    """What to compile: a checkpoint, for a target, in a dtype."""
+    """What to compile: a checkpoint, for a target, in a dtype; `weight_formats` names the
+    weights compiled quantized (parameter name -> format; see compiler/weight_plan.py)."""
 
     model_path: Path
     target: TargetSpec
     dtype: str
+    weight_formats: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
-def make_request(model: str | Path, target: str = "llvm", dtype: str = "auto") -> CompileRequest:
-    """Validate user-facing compile options (target name, dtype) into a request."""
+def make_request(
+    model: str | Path, target: str = "llvm", dtype: str = "auto", weight_format: str = NATIVE
+) -> CompileRequest:
+    """Validate user-facing compile options (target name, dtype, weight format) into a request.
+
+    `weight_format`: `native` keeps the GGUF weights of a supported quant type quantized on
+    the device, `dequantized` stores every weight as a float array.
+    """
     model_path = Path(model)
     config = read_model_config(model_path)
     spec = resolve_target(target)
@@ -55,7 +67,8 @@ def make_request(model: str | Path, target: str = "llvm", dtype: str = "auto") -
         raise ValueError(
             f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
-    return CompileRequest(model_path, spec, resolved_dtype)
+    formats = plan_weight_formats(model_path, config, spec, resolved_dtype, weight_format)
+    return CompileRequest(model_path, spec, resolved_dtype, formats)
 
 
 def _attach_metadata(mod: tvm.IRModule, metadata: dict) -> tvm.IRModule:
@@ -71,7 +84,9 @@ def cache_key_for(request: CompileRequest) -> str:
     config = read_model_config(request.model_path)
     parsed = family_for(config).parse_config(config)
     target = json.dumps(request.target.resolved_config(), sort_keys=True)
-    return artifact_key(parsed.fingerprint(), target, request.dtype, tvm.__version__)
+    return artifact_key(
+        parsed.fingerprint(), target, request.dtype, tvm.__version__, request.weight_formats
+    )
 
 
 def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool = True) -> Path:
@@ -85,12 +100,18 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     stages.set_postfix_str("export")
     target = request.target.make_target()
     model = family.build_model(model_config, request.dtype, target)
+    apply_weight_formats(model, request.weight_formats)
     mod, named_params = model.export_tvm(spec=model.export_spec())
-    params = []
-    for name, param in named_params:
-        sources, axis = family.weight_sources(name)
-        shape = [int(dim) for dim in param.shape]
-        params.append(ParamEntry(name, shape, str(param.dtype), sources, axis))
+    params = [
+        param_entry(
+            name,
+            [int(dim) for dim in param.shape],
+            str(param.dtype),
+            family.weight_sources,
+            request.weight_formats,
+        )
+        for name, param in named_params
+    ]
     functions = [*model.export_spec().keys(), METADATA_FUNCTION]
     metadata = {
         "architecture": model_config.architecture,
@@ -100,11 +121,19 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
         "functions": functions,
         "params": [param.name for param in params],
     }
+    if request.weight_formats:
+        metadata["weight_formats"] = dict(request.weight_formats)
     mod = _attach_metadata(mod, metadata)
     stages.update()
 
     stages.set_postfix_str(f"lower+build ({request.target.name})")
-    executable = build_relax_module(mod, request.target, relax_pipeline=build_pipeline(target))
+    # TVM 0.27's TIR common-subexpression pass emits a use-before-definition in the paged
+    # KV cache's tree-attention kernel when llama3 RoPE is inlined there (seen compiling a
+    # Llama-3.2-1B shape for sm_90a); nvcc and LLVM eliminate common subexpressions anyway.
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
+        executable = build_relax_module(
+            mod, request.target, relax_pipeline=build_pipeline(target)
+        )
     stages.update()
 
     stages.set_postfix_str("write artifact")

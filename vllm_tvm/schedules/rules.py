@@ -2,9 +2,10 @@
 
 GPU targets use dlight's rule list (GEMV for decode, Matmul for prefill, reductions for
 norms/softmax, a fallback for the rest). CPU targets schedule only the NT matmuls (see
-cpu_matmul.py; 5x faster decode measured on a 0.5B model); everything else keeps LLVM's
-default lowering. dlight's own CPU GEMV rule vectorises across output rows, which on the
-NT layout made LLVM spend minutes on one function and ran slower than unscheduled code.
+cpu_matmul.py; 5x faster decode measured on a 0.5B model; cpu_quant_matmul.py for those
+over quantized weights); everything else keeps LLVM's default lowering. dlight's own CPU
+GEMV rule vectorises across output rows, which on the NT layout made LLVM spend minutes on
+one function and ran slower than unscheduled code.
 """
 
 from __future__ import annotations
@@ -13,14 +14,19 @@ import tvm
 from tvm.s_tir import dlight as dl
 
 from vllm_tvm.schedules.cpu_matmul import CPUNTMatmul
+from vllm_tvm.schedules.gpu_decode import DecodeLowBatchGEMV
+from vllm_tvm.schedules.cpu_quant_matmul import CPUQuantNTMatmul
 
 
 def schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """The scheduling passes for `target`."""
     if target.kind.name == "llvm":
-        return [dl.ApplyDefaultSchedule(CPUNTMatmul())]
+        # The quantized rule first: the plain one would also match its reduction.
+        return [dl.ApplyDefaultSchedule(CPUQuantNTMatmul(), CPUNTMatmul())]
     return [
         dl.ApplyDefaultSchedule(
+            # Decode's [batch_size, 1, k] x [n, k]^T goes to LowBatchGEMV (see gpu_decode.py).
+            DecodeLowBatchGEMV(),
             dl.gpu.Matmul(),
             dl.gpu.GEMV(),
             dl.gpu.Reduction(),

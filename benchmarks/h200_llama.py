@@ -1,0 +1,266 @@
+"""On a CUDA machine: vllm-tvm's compiled Llama against HF transformers on the same random
+weights — greedy tokens (correctness) and b1/batched decode and TTFT (speed).
+
+Weights are made on the GPU by transformers (`from_config`, bf16, its own init) and handed to
+our runtime through DLPack in manifest order (fused q/k/v and gate/up concatenated by torch),
+so no checkpoint file is written. Speed does not depend on weight values.
+
+usage (on the GPU box, artifacts and the runtime bundle built elsewhere):
+  PYTHONPATH=.device/tvm_bundle:. python3 benchmarks/h200_llama.py --artifact A --config C
+      [--check] [--bench] [--batches 1,32,64] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.runtime.model_runner import ModelRunner
+
+
+def make_oracle(config_dir: Path, seed: int = 0) -> torch.nn.Module:
+    config = AutoConfig.from_pretrained(config_dir)
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    return model.eval()
+
+
+def dlpack_params(artifact: Path, oracle: torch.nn.Module, tvm_module) -> tuple[list, list]:
+    """Parameters in manifest order as TVM tensors sharing torch's memory (and the torch
+    tensors, which must stay alive)."""
+    state = oracle.state_dict()
+    keep, params = [], []
+    for entry in read_manifest(artifact).params:
+        parts = [state[name] for name in entry.sources]
+        tensor = parts[0] if len(parts) == 1 else torch.cat(parts, entry.concat_axis)
+        tensor = tensor.contiguous()
+        assert list(tensor.shape) == entry.shape, (entry.name, tensor.shape, entry.shape)
+        keep.append(tensor)
+        params.append(tvm_module.runtime.from_dlpack(tensor))
+    return params, keep
+
+
+def greedy_ours(runner: ModelRunner, prompt: list[int], new_tokens: int, seq_id: int = 0):
+    runner.kv_cache.add_sequence(seq_id)
+    logits = runner.prefill([seq_id], [prompt])
+    out = []
+    for _ in range(new_tokens):
+        token = int(logits[0].argmax())
+        out.append(token)
+        logits = runner.decode([seq_id], [token])
+    runner.kv_cache.remove_sequence(seq_id)
+    return out
+
+
+def check(runner, oracle, vocab: int, report: dict) -> None:
+    rng = np.random.default_rng(1)
+    results = []
+    for trial in range(4):
+        prompt = rng.integers(100, vocab - 100, size=32).tolist()
+        ours = greedy_ours(runner, prompt, 32)
+        with torch.no_grad():
+            ref = oracle.generate(
+                torch.tensor([prompt], device="cuda"),
+                max_new_tokens=32,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        ref = ref[0, len(prompt) :].tolist()
+        first_diff = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), None)
+        entry = {"trial": trial, "equal": ours == ref, "first_diff": first_diff}
+        if first_diff is not None:
+            # Near-tie evidence: HF's own top-2 logit gap at the divergence point.
+            ctx = torch.tensor([prompt + ref[:first_diff]], device="cuda")
+            with torch.no_grad():
+                last = oracle(ctx).logits[0, -1].float()
+            top = torch.topk(last, 2)
+            entry["hf_top2_gap"] = float(top.values[0] - top.values[1])
+            entry["ours_token_hf_logit_gap"] = float(top.values[0] - last[ours[first_diff]])
+        results.append(entry)
+        print("check", entry, flush=True)
+    # Prefill logits agreement on one prompt.
+    prompt = rng.integers(100, vocab - 100, size=64).tolist()
+    runner.kv_cache.add_sequence(9)
+    ours = runner.prefill([9], [prompt], logit_positions=range(64))
+    runner.kv_cache.remove_sequence(9)
+    with torch.no_grad():
+        ref = oracle(torch.tensor([prompt], device="cuda")).logits[0].float().cpu().numpy()
+    # Both bf16 computations against an fp32 run of the same weights: who is closer?
+    oracle.float()
+    with torch.no_grad():
+        exact = oracle(torch.tensor([prompt], device="cuda")).logits[0].float().cpu().numpy()
+    oracle.to(torch.bfloat16)
+
+    def rel(a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+    report["check"] = {
+        "greedy": results,
+        "prefill_rel_l2_ours_vs_hf_bf16": rel(ours, ref),
+        "prefill_rel_l2_ours_vs_fp32": rel(ours, exact),
+        "prefill_rel_l2_hf_bf16_vs_fp32": rel(ref, exact),
+    }
+    print("prefill", report["check"], flush=True)
+
+
+def profile_decode(runner: ModelRunner, batch: int, report: dict) -> None:
+    """Per-function device time of one decode step (each call synchronised: slower overall,
+    but it says where the time goes)."""
+    import collections
+
+    spent: dict[str, float] = collections.defaultdict(float)
+    calls: collections.Counter = collections.Counter()
+    started: dict[str, float] = {}
+
+    def instrument(func, name, before, ret, *args):
+        torch.cuda.synchronize()
+        if before:
+            started[name] = time.perf_counter()
+        else:
+            spent[name] += time.perf_counter() - started[name]
+            calls[name] += 1
+        return 0
+
+    ids = list(range(5000, 5000 + batch))
+    for sid in ids:
+        runner.kv_cache.add_sequence(sid)
+    runner.prefill(ids, [[7] * 64 for _ in ids])
+    runner.vm.set_instrument(instrument)
+    runner.decode(ids, [1] * batch)
+    for sid in ids:
+        runner.kv_cache.remove_sequence(sid)
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:12]
+    report[f"profile_decode_b{batch}"] = {k: [round(v * 1e3, 3), calls[k]] for k, v in top}
+    print(f"profile decode b{batch} (ms, calls):", report[f"profile_decode_b{batch}"], flush=True)
+
+
+def timed(fn, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bench(runner: ModelRunner, oracle, vocab: int, batches: list[int], report: dict) -> None:
+    rng = np.random.default_rng(2)
+    # TTFT for a 1,024-token prompt (prefill + first logits on the host).
+    prompt = rng.integers(100, vocab - 100, size=1024).tolist()
+    seq = [100]
+
+    def prefill_once():
+        runner.kv_cache.add_sequence(seq[0])
+        runner.prefill([seq[0]], [prompt])
+        runner.kv_cache.remove_sequence(seq[0])
+        seq[0] += 1
+
+    timed(prefill_once, 2)
+    ttft = timed(prefill_once, 5)
+    report["ttft_1024_ms_median"] = statistics.median(ttft) * 1e3
+    print("ttft@1024 ms", report["ttft_1024_ms_median"], flush=True)
+    # Decode: batch of b sequences after a 128-token prompt each; time 64 steps.
+    for b in batches:
+        ids = list(range(1000, 1000 + b))
+        prompts = [rng.integers(100, vocab - 100, size=128).tolist() for _ in ids]
+        for sid in ids:
+            runner.kv_cache.add_sequence(sid)
+        for start in range(0, b, 8):
+            runner.prefill(ids[start : start + 8], prompts[start : start + 8])
+        tokens = [1] * b
+        runner.decode(ids, tokens)
+        steps = 64
+        start = time.perf_counter()
+        for _ in range(steps):
+            logits = runner.decode(ids, tokens)
+            tokens = logits.argmax(axis=1).tolist()
+        elapsed = time.perf_counter() - start
+        for sid in ids:
+            runner.kv_cache.remove_sequence(sid)
+        report[f"decode_b{b}_tok_s"] = b * steps / elapsed
+        report[f"decode_b{b}_ms_per_step"] = elapsed / steps * 1e3
+        print(
+            f"decode b{b}: {b * steps / elapsed:.1f} tok/s, {elapsed / steps * 1e3:.2f} ms/step",
+            flush=True,
+        )
+    # Same-run baseline: HF transformers eager (no torch.compile), b1 decode after 128 tokens.
+    prompt = torch.tensor([rng.integers(100, vocab - 100, size=128).tolist()], device="cuda")
+    with torch.no_grad():
+        oracle.generate(
+            prompt, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+        t = timed(
+            lambda: oracle.generate(
+                prompt,
+                max_new_tokens=65,
+                min_new_tokens=65,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            ),
+            3,
+        )
+        t1 = timed(
+            lambda: oracle.generate(
+                prompt, max_new_tokens=1, do_sample=False, eos_token_id=None, pad_token_id=0
+            ),
+            3,
+        )
+    report["hf_eager_b1_tok_s"] = 64 / (statistics.median(t) - statistics.median(t1))
+    print("hf eager b1 tok/s", report["hf_eager_b1_tok_s"], flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--artifact", type=Path, required=True)
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--bench", action="store_true")
+    parser.add_argument("--batches", default="1,32,64")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    from vllm_tvm.runtime.tvm_runtime import load_runtime
+
+    tvm = load_runtime(require_cuda=True)
+    report: dict = {"artifact": str(args.artifact), "gpu": torch.cuda.get_device_name()}
+    oracle = make_oracle(args.config)
+    params, keep = dlpack_params(args.artifact, oracle, tvm)
+    batches = [int(b) for b in args.batches.split(",")]
+    start = time.perf_counter()
+    runner = ModelRunner(
+        args.artifact,
+        None,
+        device="cuda",
+        max_model_len=args.max_model_len,
+        max_batch_size=max(batches + [4]),
+        prefill_chunk_size=2048,
+        params=params,
+        show_progress=False,
+    )
+    report["runner_start_s"] = time.perf_counter() - start
+    vocab = oracle.config.vocab_size
+    if args.check:
+        check(runner, oracle, vocab, report)
+    if args.bench:
+        bench(runner, oracle, vocab, batches, report)
+        profile_decode(runner, 1, report)
+    print(json.dumps(report))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""CPU schedule for the dequantize-inside NT matmul that quantized weights emit.
+
+The function has a `dequantize` stage (planes -> fp32 weight, see model_defs/quant_linear.py)
+feeding the fp32 `nt_matmul_acc` reduction. Left to the plain NT-matmul rule, the stage
+would write the whole fp32 weight to memory on every call, which is what keeping weights
+quantized is meant to avoid. Here, per parallel task of FEATURE_BLOCK output features:
+
+- the task's weight rows are dequantized once into a small fp32 tile (vectorised over the
+  eight values of a 4-bit word / a run of int8), which stays in L1/L2 and serves every
+  token row of the call: decode reads the quantized bytes once, prefill reuses the tile
+  across all its tokens instead of dequantizing per token;
+- the dot products run over the tile with the reduction split into LANES partial sums
+  (rfactor): VECTOR-wide vector registers, LANES / VECTOR independent accumulators so the
+  FMA latency is hidden, and one horizontal sum per output.
+
+Measured on the 2-core Zen 3 box, single thread, a 3072x576 Q4_1 GEMV: 0.30 ms with this
+schedule, 0.45 ms with the plain rule after inlining the stage (LLVM cannot vectorise the
+word/shift indexing), 0.48 ms for the fp32 weight with the plain rule; at 32 token rows the
+tile halves the time of inlining (4.9 vs 9.1 ms).
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.target import Target
+
+from vllm_tvm.model_defs.quant_linear import DEQUANTIZE_BLOCK
+
+FEATURE_BLOCK = 16
+"""Output features per parallel task (and rows of the dequantized tile)."""
+
+LANES = 32
+"""Partial sums per output feature: the reduction's vector width times its accumulators."""
+
+VECTOR = 8
+"""fp32 values per vector register (AVX2)."""
+
+
+class CPUQuantNTMatmul(dl.ScheduleRule):
+    """Tile-dequantize, rfactor-vectorised schedule of a quantized NT matmul on CPU."""
+
+    def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool) -> s_tir.Schedule | None:
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return None
+        names = [sch.get(info.block_rv).name_hint for info in infos]
+        reductions = [info for info in infos if info.is_reduction()]
+        if DEQUANTIZE_BLOCK not in names or len(reductions) != 1:
+            return None
+        info = reductions[0]
+        if "nt_matmul" not in sch.get(info.block_rv).name_hint:
+            return None
+        kinds = [it.kind for it in info.iters]
+        if len(kinds) < 2 or kinds[-1] != "R" or "R" in kinds[:-1]:
+            return None
+        return _schedule(sch, info.block_rv, sch.get_sblock(DEQUANTIZE_BLOCK))
+
+
+def _schedule(
+    sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV, dequantize: s_tir.schedule.SBlockRV
+) -> s_tir.Schedule | None:
+    *spatial, reduce_loop = sch.get_loops(block)
+    features = spatial[-1]
+    rows = sch.fuse(*spatial[:-1]) if len(spatial) > 1 else None
+    feature_outer, feature_inner = sch.split(features, [None, FEATURE_BLOCK])
+    k_outer, k_lane = sch.split(reduce_loop, [None, LANES])
+    order = [feature_outer, feature_inner, k_outer, k_lane]
+    if rows is not None:
+        order.insert(1, rows)
+    sch.reorder(*order)
+
+    # Partial sums over lanes, kept in a per-feature local buffer.
+    partial = sch.rfactor(k_lane, factor_axis=len(spatial))
+    final_loops = sch.get_loops(block)
+    sch.compute_at(partial, final_loops[-2])
+    sch.set_scope(partial, 0, "local")
+    *_, lane, k_step = sch.get_loops(partial)
+    sch.reorder(k_step, lane)
+    accumulators, vector = sch.split(lane, [LANES // VECTOR, VECTOR])
+    sch.vectorize(vector)
+    sch.unroll(accumulators)
+
+    # The task's rows of the weight, dequantized once into a tile.
+    sch.compute_at(dequantize, final_loops[0])
+    _, tile_column = sch.get_loops(dequantize)[-2:]
+    sch.vectorize(sch.split(tile_column, [None, VECTOR])[1])
+
+    sch.parallel(final_loops[0])
+    sch.decompose_reduction(partial, k_step)
+    return sch
