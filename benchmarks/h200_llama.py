@@ -76,7 +76,8 @@ def check(runner, oracle, vocab: int, report: dict) -> None:
                 pad_token_id=0,
             )
         ref = ref[0, len(prompt) :].tolist()
-        first_diff = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), None)
+        pairs = enumerate(zip(ours, ref, strict=True))
+        first_diff = next((i for i, (a, b) in pairs if a != b), None)
         entry = {"trial": trial, "equal": ours == ref, "first_diff": first_diff}
         if first_diff is not None:
             # Near-tie evidence: HF's own top-2 logit gap at the divergence point.
@@ -237,7 +238,7 @@ def main() -> None:
     tvm = load_runtime(require_cuda=True)
     report: dict = {"artifact": str(args.artifact), "gpu": torch.cuda.get_device_name()}
     oracle = make_oracle(args.config)
-    params, keep = dlpack_params(args.artifact, oracle, tvm)
+    params, _torch_tensors = dlpack_params(args.artifact, oracle, tvm)
     batches = [int(b) for b in args.batches.split(",")]
     start = time.perf_counter()
     runner = ModelRunner(
@@ -245,7 +246,7 @@ def main() -> None:
         None,
         device="cuda",
         max_model_len=args.max_model_len,
-        max_batch_size=max(batches + [4]),
+        max_batch_size=max([*batches, 4]),
         prefill_chunk_size=2048,
         params=params,
         show_progress=False,
