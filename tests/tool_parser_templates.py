@@ -6,24 +6,22 @@ with tool calls through the real template gives the text the model generates for
 The templates come from the llama-cpp-python sdist that tests/data/fetch_tokenizer_material.sh
 unpacks into $VLLM_TVM_TEST_DATA; tests that need them skip when it has not run.
 
-The environment mirrors transformers' chat-template environment (sandboxed, trim_blocks,
-lstrip_blocks, loop controls, a non-escaping ``tojson``, ``raise_exception``,
-``strftime_now`` and the ``{% generation %}`` block), so the rendering is the one HF users get.
+Templates are compiled by the runtime's ``compile_chat_template``, whose environment mirrors
+transformers' (sandboxed, trim_blocks, lstrip_blocks, loop controls, a non-escaping ``tojson``,
+``raise_exception``, ``strftime_now`` and the ``{% generation %}`` block) and is checked
+against transformers in test_tokenization_chat_template.py; the messages are passed as given,
+so the rendering is the one HF users get.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import jinja2.ext
-import jinja2.nodes
 import pytest
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from vllm_tvm.runtime.tokenization.chat_template import compile_chat_template
 
 
 def templates_dir() -> Path:
@@ -46,54 +44,9 @@ def load_template(name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-class _GenerationBlock(jinja2.ext.Extension):
-    """``{% generation %}...{% endgeneration %}``: renders its body unchanged."""
-
-    tags = frozenset({"generation"})
-
-    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-    def _body(self, caller: Any) -> str:
-        return caller()
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[_GenerationBlock, jinja2.ext.loopcontrols],
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env
-
-
-_ENV = _environment()
-
-
 def render(template: str, messages: list[dict[str, Any]], **variables: Any) -> str:
     """Render a chat template over ``messages`` with extra template variables."""
-    return _ENV.from_string(template).render(messages=messages, **variables)
+    return compile_chat_template(template).render(messages=messages, **variables)
 
 
 def assistant_turn(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import vllm_tvm
@@ -34,18 +35,24 @@ def _build_source_digest() -> str:
     return digest.hexdigest()
 
 
-def artifact_key(config_hash: str, target: str, dtype: str, tvm_version: str) -> str:
-    """The cache key of one compile."""
-    blob = json.dumps(
-        {
-            "config": config_hash,
-            "target": target,
-            "dtype": dtype,
-            "tvm": tvm_version,
-            "build_source": _build_source_digest(),
-        },
-        sort_keys=True,
-    )
+def artifact_key(
+    config_hash: str,
+    target: str,
+    dtype: str,
+    tvm_version: str,
+    weight_formats: Mapping[str, str] | None = None,
+) -> str:
+    """The cache key of one compile (`weight_formats`: the weights compiled quantized)."""
+    parts: dict[str, object] = {
+        "config": config_hash,
+        "target": target,
+        "dtype": dtype,
+        "tvm": tvm_version,
+        "build_source": _build_source_digest(),
+    }
+    if weight_formats:
+        parts["weight_formats"] = dict(weight_formats)
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

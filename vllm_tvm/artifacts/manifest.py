@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.model_defs.weight_formats import FLOAT
+
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 LIBRARY_NAME = "model.so"
@@ -25,13 +27,20 @@ class ArtifactError(ValueError):
 
 @dataclass(frozen=True)
 class ParamEntry:
-    """One parameter of the compiled functions, in call order."""
+    """One parameter of the compiled functions, in call order.
+
+    `format` is `float` for an array of `dtype` made of the `sources`; otherwise a quantized
+    format (model_defs/weight_formats.py) and this parameter is its `plane` of the weight
+    made of the `sources`, which must be stored in that format's ggml type.
+    """
 
     name: str
     shape: list[int]
     dtype: str
     sources: list[str]
     concat_axis: int = 0
+    format: str = FLOAT
+    plane: str | None = None
 
 
 @dataclass

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -18,9 +20,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="llvm",
         help="llvm (this CPU), cuda (= cuda:sm_90a), cuda:sm_80|sm_89|sm_90a|sm_100a|sm_120a",
     )
-    parser.add_argument(
-        "--dtype", default="auto", help="auto (the checkpoint's), float32, float16, bfloat16"
-    )
+    add_dtype_argument(parser)
+    add_weight_format_argument(parser)
     parser.add_argument(
         "--output",
         type=Path,
@@ -33,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vllm_tvm.compiler.build import compile_cached, compile_model, make_request
 
-    request = make_request(args.model, args.target, args.dtype)
+    request = make_request(args.model, args.target, args.dtype, args.weight_format)
     if args.output is None:
         artifact = compile_cached(request)
     else:

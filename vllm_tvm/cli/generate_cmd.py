@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
 from vllm_tvm.runtime.default_model import DEFAULT_MODEL_NAME, default_model_path
 
 DEVICES = ("cpu", "cuda")
@@ -43,6 +44,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus cutoff")
     parser.add_argument("--top-k", type=int, default=0, help="top-k (0 means all)")
     parser.add_argument("--seed", type=int, default=None, help="RNG seed")
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="send the prompt as one user message through the checkpoint's chat template",
+    )
     parser.add_argument("--stream", action="store_true", help="stream text to stdout")
     parser.add_argument(
         "--repeat",
@@ -51,9 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="load once, run N completions, report warm decode tok/s",
     )
     parser.add_argument("--device", choices=DEVICES, default="cpu")
-    parser.add_argument(
-        "--dtype", default="auto", help="auto (the checkpoint's), float32, float16, bfloat16"
-    )
+    add_dtype_argument(parser)
+    add_weight_format_argument(parser)
     parser.add_argument(
         "--max-model-len", type=int, default=None, help="context length (default: the model's)"
     )
@@ -89,21 +94,27 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     show_progress = not args.json
+    model = args.model if args.model is not None else default_model_path()
     llm = LLM(
-        args.model,
+        model,
         artifact=args.artifact,
         device=args.device,
         dtype=args.dtype,
         max_model_len=args.max_model_len,
+        weight_format=args.weight_format,
         show_progress=show_progress,
     )
+    prompt: str | list[int] = args.prompt
+    if args.chat:
+        rendered = llm.tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
+        prompt = llm.tokenizer.encode(rendered, add_special_tokens=False)
     if args.stream and not args.json:
-        for delta in llm.stream(args.prompt, params):
+        for delta in llm.stream(prompt, params):
             sys.stdout.write(delta.outputs[0].text)
             sys.stdout.flush()
         sys.stdout.write("\n")
         return 0
-    runs = [llm.generate(args.prompt, params)[0] for _ in range(args.repeat)]
+    runs = [llm.generate(prompt, params)[0] for _ in range(args.repeat)]
     result = runs[-1]
     completion = result.outputs[0]
     if args.json:

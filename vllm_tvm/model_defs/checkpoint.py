@@ -26,8 +26,7 @@ def read_model_config(model_path: str | Path) -> dict[str, Any]:
     """The HF-style config dict of a model directory or GGUF file (a fresh copy)."""
     path = Path(model_path)
     if is_gguf(path):
-        stat = path.stat()
-        return copy.deepcopy(_gguf_config(path.resolve(), stat.st_mtime_ns, stat.st_size))
+        return copy.deepcopy(_gguf_header(path)[0])
     config_file = path / "config.json"
     if not path.exists():
         raise CheckpointError(f"model path {path} does not exist")
@@ -45,9 +44,23 @@ def checkpoint_dtype(config: dict[str, Any]) -> str:
     return {"float": "float32", "half": "float16"}.get(str(value), str(value))
 
 
-@lru_cache(maxsize=4)
-def _gguf_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
-    """GGUF metadata parsing takes seconds: do it once per file version per process."""
-    from vllm_tvm.model_defs.gguf_config import hf_config_from_gguf
+def read_gguf_tensor_types(model_path: str | Path) -> dict[str, str]:
+    """ggml type name (`Q4_1`, `F32` ...) of every tensor of a GGUF file, by HF name."""
+    return dict(_gguf_header(Path(model_path))[1])
 
-    return hf_config_from_gguf(path)
+
+def _gguf_header(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """(HF config, tensor types) of a GGUF file, parsed once per file version."""
+    stat = path.stat()
+    return _parse_gguf_header(path.resolve(), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=4)
+def _parse_gguf_header(
+    path: Path, mtime_ns: int, size: int
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """GGUF metadata parsing takes seconds: do it once per file version per process."""
+    from vllm_tvm.model_defs.gguf_config import gguf_tensor_types, hf_config_from_gguf, open_gguf
+
+    reader = open_gguf(path)
+    return hf_config_from_gguf(reader), gguf_tensor_types(reader)

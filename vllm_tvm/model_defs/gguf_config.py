@@ -172,6 +172,20 @@ def check_gguf_supported(source: GGUFSource) -> GGUFReader:
     return reader
 
 
+def gguf_tensor_types(source: GGUFSource) -> dict[str, str]:
+    """ggml type name (``Q4_1``, ``F32`` ...) of every weight tensor, by HF tensor name.
+
+    Reads tensor infos only (``rope_freqs.weight``, not a weight, is left out).
+    """
+    reader = open_gguf(source)
+    arch = architecture_of(reader)
+    return {
+        hf_tensor_name(t.name, arch): GGMLQuantizationType(t.tensor_type).name
+        for t in reader.tensors
+        if t.name != ROPE_FREQS_TENSOR
+    }
+
+
 def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     """Build an HF ``config.json`` dict for a GGUF checkpoint (after ``check_gguf_supported``).
 

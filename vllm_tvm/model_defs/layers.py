@@ -9,9 +9,14 @@ GEMV/matmul schedule rules recognise.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tvm import te
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
+
+if TYPE_CHECKING:
+    from vllm_tvm.model_defs.quant_linear import QuantWeight
 
 ACCUMULATION_DTYPE = "float32"
 
@@ -35,8 +40,10 @@ def _nt_matmul(x: te.Tensor, weight: te.Tensor, out_dtype: str) -> te.Tensor:
     return te.compute(out_shape, lambda *i: acc[i].astype(out_dtype), name="nt_matmul")
 
 
-def nt_matmul(x: Tensor, weight: Tensor, out_dtype: str | None = None) -> Tensor:
-    """x @ weight.T for a weight stored [out, in]."""
+def nt_matmul(x: Tensor, weight: Tensor | QuantWeight, out_dtype: str | None = None) -> Tensor:
+    """x @ weight.T for a weight stored [out, in] (float, or quantized: quant_linear.py)."""
+    if not isinstance(weight, Tensor):
+        return weight.nt_matmul(x, out_dtype or x.dtype)
     return op.tensor_expr_op(
         lambda a, w: _nt_matmul(a, w, out_dtype or x.dtype), "nt_matmul", [x, weight]
     )

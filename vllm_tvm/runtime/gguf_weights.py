@@ -74,6 +74,10 @@ class GGUFWeights:
         """Logical HF shape of tensor ``name`` (``[out, in]`` for linear weights)."""
         return tuple(int(d) for d in reversed(self._tensor(name).shape))
 
+    def quant_type(self, name: str) -> GGMLQuantizationType:
+        """The ggml type tensor ``name`` is stored in (reads no tensor data)."""
+        return GGMLQuantizationType(self._tensor(name).tensor_type)
+
     def get(self, name: str, dtype: npt.DTypeLike = "float32") -> np.ndarray:
         """Tensor ``name`` dequantized to ``dtype``, in HF layout, as a fresh array."""
         tensor = self._tensor(name)

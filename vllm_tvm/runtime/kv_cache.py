@@ -13,6 +13,11 @@ from typing import Any
 
 import tvm
 
+COMPILED_PAGE_SIZE = 16
+"""Tokens per KV page. TVM's paged-attention kernels are generated for this page size (the
+`page_size=16` default of `relax.frontend.nn.llm`), so a cache must be created with it; the
+engine's blocks are whole multiples of it."""
+
 
 @dataclass(frozen=True)
 class KVCacheConfig:
@@ -21,7 +26,7 @@ class KVCacheConfig:
     max_batch_size: int = 32
     max_total_seq_len: int = 8192
     prefill_chunk_size: int = 2048
-    page_size: int = 16
+    page_size: int = COMPILED_PAGE_SIZE
 
 
 def _builtin(name: str) -> Any:

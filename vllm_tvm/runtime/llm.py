@@ -1,8 +1,9 @@
 """`LLM`: the Python front door, shaped like vLLM's (`LLM(model=...).generate(prompts, params)`).
 
 It resolves an artifact (given, or compiled on first use into the cache — the compiler is
-imported only then, so a runtime-only install still serves prebuilt artifacts), loads the
-model, tokenizer and stop ids, and runs requests.
+imported only then, so a runtime-only install still serves prebuilt artifacts) and builds
+an `LLMEngine` over it; `generate` runs all prompts through the engine together (continuous
+batching, prefix caching), `stream` yields one request's output as it grows.
 """
 
 from __future__ import annotations
@@ -10,41 +11,36 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from vllm_tvm.runtime.generation_config import stop_token_ids_from_checkpoint
-from vllm_tvm.runtime.model_runner import ModelRunner
-from vllm_tvm.runtime.outputs import RequestMetrics, RequestOutput
-from vllm_tvm.runtime.sampler import Sampler
-from vllm_tvm.runtime.sampling_params import SamplingParams
-from vllm_tvm.runtime.single_request import StreamDelta, run_request, stream_request
-from vllm_tvm.runtime.tokenization import load_tokenizer
+from vllm_tvm.runtime.cache_config import DEFAULT_BLOCK_SIZE
+from vllm_tvm.runtime.engine import EngineArgs, LLMEngine, PromptInput, generate_all
+from vllm_tvm.runtime.generation_config import generation_defaults_from_checkpoint
+from vllm_tvm.runtime.outputs import RequestOutput
+from vllm_tvm.runtime.sampling_params import LogprobsMode, SamplingParams
+from vllm_tvm.runtime.scheduler import SchedulingPolicy
 
 DEVICE_TARGETS = {"cpu": "llvm", "cuda": "cuda"}
 
-PromptInput = str | list[int]
-
 
 def resolve_artifact(
-    model: str | Path, device: str, dtype: str, show_progress: bool = True
+    model: str | Path,
+    device: str,
+    dtype: str,
+    show_progress: bool = True,
+    weight_format: str = "native",
 ) -> Path:
-    """The cached artifact for (model config, device's target, dtype), compiled if absent."""
+    """The cached artifact for (model config, device's target, dtype, weight format),
+    compiled if absent. `weight_format`: `native` keeps supported GGUF quant types
+    quantized on the device, `dequantized` stores every weight as floats."""
     from vllm_tvm.compiler.build import compile_cached, make_request
 
     if device not in DEVICE_TARGETS:
         raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_TARGETS))
-    return compile_cached(make_request(model, DEVICE_TARGETS[device], dtype), show_progress)
-
-
-def merged_eos_ids(primary: list[int], checkpoint_ids: list[int]) -> list[int]:
-    """Primary EOS first (the tokenizer's), then the checkpoint's extra stop ids."""
-    merged = list(primary[:1])
-    for token in [*primary[1:], *checkpoint_ids]:
-        if token not in merged:
-            merged.append(token)
-    return merged
+    request = make_request(model, DEVICE_TARGETS[device], dtype, weight_format)
+    return compile_cached(request, show_progress)
 
 
 class LLM:
-    """A loaded model ready to generate."""
+    """A loaded model ready to generate (see `EngineArgs` for the engine's options)."""
 
     def __init__(
         self,
@@ -54,52 +50,63 @@ class LLM:
         device: str = "cpu",
         dtype: str = "auto",
         max_model_len: int | None = None,
-        max_num_seqs: int = 4,
-        prefill_chunk_size: int = 2048,
-        page_size: int = 16,
+        max_num_seqs: int = 32,
+        max_num_batched_tokens: int = 2048,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        num_blocks: int | None = None,
+        kv_cache_memory: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        enable_prefix_caching: bool = True,
+        scheduling_policy: SchedulingPolicy = "fcfs",
+        logprobs_mode: LogprobsMode = "raw_logprobs",
         seed: int | None = None,
         show_progress: bool = True,
+        weight_format: str = "native",
     ) -> None:
         self.model_path = Path(model)
         artifact_dir = (
             Path(artifact)
             if artifact is not None
-            else resolve_artifact(self.model_path, device, dtype, show_progress)
+            else resolve_artifact(self.model_path, device, dtype, show_progress, weight_format)
         )
-        self.tokenizer = load_tokenizer(self.model_path)
-        self.runner = ModelRunner(
-            artifact_dir,
-            self.model_path,
-            device=device,
-            max_model_len=max_model_len,
-            max_batch_size=max_num_seqs,
-            prefill_chunk_size=prefill_chunk_size,
-            page_size=page_size,
-            show_progress=show_progress,
+        self.engine = LLMEngine.from_args(
+            EngineArgs(
+                model=self.model_path,
+                artifact=artifact_dir,
+                device=device,
+                max_model_len=max_model_len,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                block_size=block_size,
+                num_blocks=num_blocks,
+                kv_cache_memory=kv_cache_memory,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enable_prefix_caching=enable_prefix_caching,
+                scheduling_policy=scheduling_policy,
+                logprobs_mode=logprobs_mode,
+                seed=seed,
+                show_progress=show_progress,
+            )
         )
-        checkpoint_ids = (
-            stop_token_ids_from_checkpoint(self.model_path) if self.model_path.is_dir() else []
-        )
-        self.eos_token_ids = merged_eos_ids(self.tokenizer.eos_token_ids, checkpoint_ids)
-        self.sampler = Sampler(eos_token_ids=self.eos_token_ids, seed=seed)
-
-    def _prompt_ids(self, prompt: PromptInput) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
-            return prompt, self.tokenizer.encode(prompt)
-        return None, [int(token) for token in prompt]
+        self.tokenizer = self.engine.tokenizer
+        self.runner = self.engine.runner
+        self.eos_token_ids = self.engine.eos_token_ids
 
     def generate(
         self,
         prompts: PromptInput | Sequence[PromptInput],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        priority: Sequence[int] | None = None,
     ) -> list[RequestOutput]:
-        """Complete every prompt (text, or a list of token ids); one RequestOutput each."""
+        """Complete every prompt (text, or a list of token ids) in one batched run; one
+        finished RequestOutput per prompt, in order. `priority` (one per prompt, lower runs
+        first) matters under scheduling_policy="priority"."""
         if isinstance(prompts, str) or (
             isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
         ):
             prompts = [prompts]  # type: ignore[list-item]
         if sampling_params is None:
-            sampling_params = SamplingParams()
+            sampling_params = self.get_default_sampling_params()
         params_list = (
             [sampling_params] * len(prompts)
             if isinstance(sampling_params, SamplingParams)
@@ -107,30 +114,31 @@ class LLM:
         )
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
-        results = []
-        for request_index, (prompt, params) in enumerate(zip(prompts, params_list, strict=True)):
-            text, ids = self._prompt_ids(prompt)
-            completions = []
-            metrics = RequestMetrics()
-            for index in range(params.n):
-                completion, metrics = run_request(
-                    self.runner,
-                    self.tokenizer,
-                    self.sampler,
-                    ids,
-                    params,
-                    self.eos_token_ids,
-                    index,
-                )
-                completions.append(completion)
-            results.append(RequestOutput(str(request_index), text, ids, completions, True, metrics))
-        return results
+        if priority is not None and len(priority) != len(prompts):
+            raise ValueError(f"got {len(priority)} priorities for {len(prompts)} prompts")
+        return generate_all(self.engine, list(prompts), params_list, priority)  # type: ignore[arg-type]
 
-    def stream(
-        self, prompt: PromptInput, params: SamplingParams, metrics: RequestMetrics
-    ) -> Iterator[StreamDelta]:
-        """Token-by-token deltas of one completion (for `generate --stream`)."""
-        _, ids = self._prompt_ids(prompt)
-        yield from stream_request(
-            self.runner, self.tokenizer, self.sampler, ids, params, self.eos_token_ids, metrics
-        )
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's defaults overlaid with the checkpoint's generation_config.json sampling
+        values (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens)."""
+        if not self.model_path.is_dir():
+            return SamplingParams()
+        return SamplingParams(**generation_defaults_from_checkpoint(self.model_path))  # type: ignore[arg-type]
+
+    def stream(self, prompt: PromptInput, params: SamplingParams) -> Iterator[RequestOutput]:
+        """One request's outputs as it runs, each holding only what is new (delta)."""
+        request_id = self.engine.add_request(None, prompt, params, output_kind="delta")
+        finished = False
+        try:
+            while not finished:
+                for output in self.engine.step():
+                    if output.request_id == request_id:
+                        finished = output.finished
+                        yield output
+        finally:
+            if not finished:
+                self.engine.abort_request(request_id)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached prefix block; True on success."""
+        return self.engine.reset_prefix_cache()

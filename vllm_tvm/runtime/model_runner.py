@@ -8,16 +8,18 @@ logits back as numpy arrays.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
-from vllm_tvm.runtime.kv_cache import KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
 from vllm_tvm.runtime.weights import load_params, open_weights
 
 DEVICE_KINDS = {"cpu": "llvm", "cuda": "cuda"}
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _tvm_device(device: str) -> Any:
@@ -41,13 +43,20 @@ class ModelRunner:
         max_model_len: int | None = None,
         max_batch_size: int = 1,
         prefill_chunk_size: int = 2048,
-        page_size: int = 16,
+        page_size: int = COMPILED_PAGE_SIZE,
         show_progress: bool = True,
+        max_total_seq_len: int | None = None,
+        params: list[Any] | None = None,
     ) -> None:
-        """`max_model_len` None means the model's own limit; a larger value is refused."""
+        """`max_model_len` None means the model's own limit; a larger value is refused.
+
+        `max_total_seq_len` is the KV pool in tokens (None: `max_model_len * max_batch_size`).
+        `params` are parameters already on the device in manifest order (e.g. handed over
+        through DLPack by a benchmark that made them with torch); then `model_path` is unused.
+        """
         from vllm_tvm.runtime.tvm_runtime import load_runtime
 
-        tvm = load_runtime()
+        tvm = load_runtime(require_cuda=device == "cuda")
         artifact_dir = Path(artifact_dir)
         self.manifest: Manifest = read_manifest(artifact_dir)
         expected_kind = DEVICE_KINDS.get(device)
@@ -63,7 +72,11 @@ class ModelRunner:
         self.device = _tvm_device(device)
         library = tvm.runtime.load_module(str(artifact_dir / LIBRARY_NAME))
         self.vm = tvm.runtime.vm.VirtualMachine(library, self.device)
-        self.params = load_params(
+        if params is not None and len(params) != len(self.manifest.params):
+            raise ValueError(
+                f"got {len(params)} parameters; the artifact takes {len(self.manifest.params)}"
+            )
+        self.params = params or load_params(
             self.manifest.params, open_weights(model_path), self.device, show_progress
         )
         self.config = self.manifest.model_config
@@ -79,7 +92,7 @@ class ModelRunner:
         self.max_model_len = max_model_len or limit
         self.kv_config = KVCacheConfig(
             max_batch_size=max_batch_size,
-            max_total_seq_len=self.max_model_len * max_batch_size,
+            max_total_seq_len=max_total_seq_len or self.max_model_len * max_batch_size,
             prefill_chunk_size=min(prefill_chunk_size, self.max_model_len),
             page_size=page_size,
         )
@@ -88,6 +101,23 @@ class ModelRunner:
         self._prefill = self.vm["prefill"]
         self._decode = self.vm["decode"]
         self._tvm = tvm
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Device bytes one token's keys and values take over all layers."""
+        config = self.config
+        head_dim = int(config.get("head_dim") or self.hidden_size // config["num_attention_heads"])
+        layers, kv_heads = int(config["num_hidden_layers"]), int(config["num_key_value_heads"])
+        return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[self.manifest.dtype]
+
+    def resize_kv_cache(self, max_total_seq_len: int) -> None:
+        """Replace the KV cache by an empty one holding `max_total_seq_len` tokens.
+
+        Every sequence of the old cache is dropped. Used to size the pool after the weights
+        are on the device (so free device memory can be measured).
+        """
+        self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
+        self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
 
     def _embed_tokens(self, token_ids: Sequence[int]) -> Any:
         ids = self._tvm.runtime.tensor(np.asarray(token_ids, dtype=np.int32), self.device)

@@ -1,4 +1,7 @@
-"""Result objects with vLLM's names (`RequestOutput.outputs[0].token_ids`, `.text`)."""
+"""Result objects with vLLM's names (`RequestOutput.outputs[0].token_ids`, `.text`).
+
+A finish_reason is "stop", "length", "abort" (the request was aborted) or "error" (it failed;
+`RequestOutput.error` says why)."""
 
 from __future__ import annotations
 
@@ -22,12 +25,16 @@ class CompletionOutput:
 
 @dataclass
 class RequestMetrics:
-    """Wall-clock timings of one request, in seconds."""
+    """Wall-clock timings of one request, in seconds (`*_time` are `time.perf_counter()`
+    readings; prefill runs from first scheduled to first token, decode from there to the
+    last token)."""
 
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     time_to_first_token: float = 0.0
     decode_tokens: int = 0
+    arrival_time: float | None = None
+    finished_time: float | None = None
 
     @property
     def decode_tokens_per_second(self) -> float:
@@ -45,3 +52,9 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool = True
     metrics: RequestMetrics = field(default_factory=RequestMetrics)
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
+    """Per prompt token (None for the first, which nothing predicts), when asked for."""
+    num_cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache instead of computed."""
+    error: str | None = None
+    """Why the request failed (its completions then finish with reason "error")."""

@@ -16,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vllm_tvm.artifacts.manifest import ParamEntry
+from vllm_tvm.model_defs.weight_formats import FLOAT
 
 
 class WeightSource(Protocol):
@@ -61,6 +62,11 @@ def _to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
 
 def assemble_param(entry: ParamEntry, source: WeightSource) -> np.ndarray:
     """One parameter as a host array of the artifact's dtype and shape."""
+    if entry.format != FLOAT:
+        from vllm_tvm.runtime.quantized_params import QuantizedPlanes, check_quantized_sources
+
+        check_quantized_sources([entry], source)
+        return QuantizedPlanes(source).get(entry)
     available = set(source.names())
     missing = [name for name in entry.sources if name not in available]
     if missing:
@@ -80,10 +86,19 @@ def assemble_param(entry: ParamEntry, source: WeightSource) -> np.ndarray:
 def load_params(
     entries: list[ParamEntry], source: WeightSource, device: Any, show_progress: bool = True
 ) -> list[Any]:
-    """Every parameter uploaded to `device` (a TVM device), in call order."""
+    """Every parameter uploaded to `device` (a TVM device), in call order.
+
+    Parameters stored quantized are checked against the checkpoint's tensor types first,
+    so a checkpoint that does not fit is refused before any weight is read.
+    """
     import tvm
 
+    from vllm_tvm.runtime.quantized_params import QuantizedPlanes, check_quantized_sources
+
+    check_quantized_sources(entries, source)
+    planes = QuantizedPlanes(source)
     uploaded = []
     for entry in tqdm(entries, desc="load weights", unit="tensor", disable=not show_progress):
-        uploaded.append(tvm.runtime.tensor(assemble_param(entry, source), device))
+        array = assemble_param(entry, source) if entry.format == FLOAT else planes.get(entry)
+        uploaded.append(tvm.runtime.tensor(array, device))
     return uploaded

@@ -37,6 +37,9 @@ LANES = 32
 VECTOR = 8
 """fp32 values per vector register (AVX2)."""
 
+BLOCK_VALUES = 32
+"""Values per quantization block (one set of scales) in every fused format."""
+
 
 class CPUQuantNTMatmul(dl.ScheduleRule):
     """Tile-dequantize, rfactor-vectorised schedule of a quantized NT matmul on CPU."""
@@ -85,10 +88,13 @@ def _schedule(
     sch.vectorize(vector)
     sch.unroll(accumulators)
 
-    # The task's rows of the weight, dequantized once into a tile.
+    # The task's rows of the weight, dequantized once into a tile, a block at a time so
+    # that a block's scales are loaded once for its BLOCK_VALUES / VECTOR vectors.
     sch.compute_at(dequantize, final_loops[0])
     _, tile_column = sch.get_loops(dequantize)[-2:]
-    sch.vectorize(sch.split(tile_column, [None, VECTOR])[1])
+    _, block_vectors, values = sch.split(tile_column, [None, BLOCK_VALUES // VECTOR, VECTOR])
+    sch.vectorize(values)
+    sch.unroll(block_vectors)
 
     sch.parallel(final_loops[0])
     sch.decompose_reduction(partial, k_step)

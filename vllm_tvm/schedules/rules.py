@@ -14,8 +14,8 @@ import tvm
 from tvm.s_tir import dlight as dl
 
 from vllm_tvm.schedules.cpu_matmul import CPUNTMatmul
-from vllm_tvm.schedules.gpu_decode import DecodeLowBatchGEMV
 from vllm_tvm.schedules.cpu_quant_matmul import CPUQuantNTMatmul
+from vllm_tvm.schedules.gpu_decode import DecodeLowBatchGEMV
 
 
 def schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:

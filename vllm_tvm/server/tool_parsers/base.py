@@ -32,6 +32,7 @@ from vllm_tvm.server.tool_parsers.scanning import (
     Incomplete,
     find_first,
     partial_marker_length,
+    skip_whitespace,
 )
 
 Tools = Sequence[Mapping[str, Any]]
@@ -182,6 +183,29 @@ class DialectReader(ABC):
         self.committed += len(piece)
         return None
 
+    def _content_until(self, text: str, final: bool, marker: str, then: State) -> bool:
+        """A state's step: report content up to ``marker`` (see ``_read_content``), then read
+        on in ``then`` just after it; False, no progress, while the marker has not come."""
+        return self._continue_after(self._read_content(text, final, (marker,)), marker, then)
+
+    def _skip_until(self, text: str, marker: str, then: State) -> bool:
+        """A state's step: drop text up to ``marker`` (see ``_skip_to``), then read on in
+        ``then`` just after it; False, no progress, while the marker has not come."""
+        return self._continue_after(self._skip_to(text, (marker,)), marker, then)
+
+    def _continue_after(self, index: int | None, marker: str, then: State) -> bool:
+        """Read on in ``then`` after ``marker`` at ``index``; False when ``index`` is None."""
+        if index is None:
+            return False
+        self._pos = index + len(marker)
+        self._state = then
+        return True
+
+    def _drop_rest(self, text: str, final: bool) -> bool:
+        """The state after the last call: whatever follows is dropped."""
+        self._pos = self.committed = len(text)
+        return False
+
     def _skip_to(self, text: str, markers: Sequence[str]) -> int | None:
         """Drop text from ``_pos`` up to the first of ``markers``; return its index, or None
         when there is none yet (only a tail that could begin a marker is kept)."""
@@ -192,6 +216,28 @@ class DialectReader(ABC):
             return None
         self.committed = found[0]
         return found[0]
+
+
+class LeadingCallDialect(DialectReader):
+    """A dialect whose calls may open the message with no marker before them (Llama 3 JSON,
+    pythonic): reading starts at the message's first character that is not whitespace."""
+
+    def _initial_state(self) -> State:
+        return self._at_start
+
+    def _at_start(self, text: str, final: bool) -> bool:
+        pos = skip_whitespace(text, 0)
+        if pos < len(text):
+            return self._message_opens(text, pos, final)
+        if final:  # a message of whitespace alone is content
+            self._content(text[self.committed :])
+            self.committed = len(text)
+        return False
+
+    @abstractmethod
+    def _message_opens(self, text: str, pos: int, final: bool) -> bool:
+        """The first state's step once the message's first character that is not
+        whitespace, at ``pos``, has arrived."""
 
 
 class ToolCallStreamer:
@@ -253,10 +299,11 @@ class ToolParser(ABC):
     """A tool-call dialect: ``extract`` for whole texts, ``streamer`` for streams."""
 
     name: ClassVar[str]
+    reader_type: ClassVar[type[DialectReader]]
 
-    @abstractmethod
     def reader(self, tools: Tools | None) -> DialectReader:
-        """A fresh incremental reader for one generated text."""
+        """A fresh incremental reader (a ``reader_type``) for one generated text."""
+        return self.reader_type(tools)
 
     def new_call_id(self) -> str:
         """A fresh id for one call, in the form the dialect's models are used to."""

@@ -17,19 +17,14 @@ templates leaves the block end out after a single call).
 
 from __future__ import annotations
 
-from vllm_tvm.server.tool_parsers.base import (
-    DialectReader,
-    MalformedToolCall,
-    State,
-    ToolParser,
-    Tools,
-)
-from vllm_tvm.server.tool_parsers.json_call import RawJsonArguments
+from vllm_tvm.server.tool_parsers.base import MalformedToolCall, State, ToolParser, Tools
+from vllm_tvm.server.tool_parsers.json_call import JsonObjectDialect
 from vllm_tvm.server.tool_parsers.scanning import (
     Incomplete,
     find_first,
     match_literal,
     partial_marker_length,
+    skip_optional,
     skip_whitespace,
 )
 
@@ -42,12 +37,11 @@ FENCE = "```"
 FENCE_LANGUAGE = "json"
 
 
-class DeepSeekV3Reader(DialectReader):
+class DeepSeekV3Reader(JsonObjectDialect):
     """Content, then one block of calls; text after the block is dropped."""
 
     def __init__(self, tools: Tools | None) -> None:
         super().__init__(tools)
-        self._args: RawJsonArguments | None = None
         self._head = ""
         self._fenced = False
         self._calls = 0
@@ -56,17 +50,12 @@ class DeepSeekV3Reader(DialectReader):
         return self._in_content
 
     def _in_content(self, text: str, final: bool) -> bool:
-        index = self._read_content(text, final, (CALLS_BEGIN,))
-        if index is None:
-            return False
-        self._pos = index + len(CALLS_BEGIN)
-        self._state = self._in_block
-        return True
+        return self._content_until(text, final, CALLS_BEGIN, self._in_block)
 
     def _in_block(self, text: str, final: bool) -> bool:
         pos = skip_whitespace(text, self._pos)
         if pos >= len(text) and final and self._calls:
-            self._state = self._after_block
+            self._state = self._drop_rest
             return True
         if match_literal(text, pos, CALL_BEGIN):
             self._pos = pos + len(CALL_BEGIN)
@@ -74,7 +63,7 @@ class DeepSeekV3Reader(DialectReader):
             return True
         if match_literal(text, pos, CALLS_END) and self._calls:
             self._pos = self.committed = pos + len(CALLS_END)
-            self._state = self._after_block
+            self._state = self._drop_rest
             return True
         raise MalformedToolCall(f"expected {CALL_BEGIN} in the tool-call block")
 
@@ -129,20 +118,9 @@ class DeepSeekV3Reader(DialectReader):
         return True
 
     def _arguments_open(self, text: str, final: bool) -> bool:
-        pos = skip_whitespace(text, self._pos)
-        if pos >= len(text):
-            raise Incomplete
-        if text[pos] != "{":
-            raise MalformedToolCall("expected the JSON arguments object")
-        self._args = RawJsonArguments(pos, self._arguments)
-        self._state = self._in_arguments
-        return True
-
-    def _in_arguments(self, text: str, final: bool) -> bool:
-        assert self._args is not None
-        self._pos = self.committed = self._args.advance(text)
-        self._state = self._closing_fence if self._fenced else self._call_end
-        return True
+        error = "expected the JSON arguments object"
+        then = self._closing_fence if self._fenced else self._call_end
+        return self._read_arguments_object(text, error=error, then=then)
 
     def _closing_fence(self, text: str, final: bool) -> bool:
         self._pos = self._optional(text, final, FENCE)
@@ -160,23 +138,14 @@ class DeepSeekV3Reader(DialectReader):
         pos = skip_whitespace(text, self._pos)
         if pos >= len(text) and final:
             return pos
-        try:
-            if match_literal(text, pos, literal):
-                return pos + len(literal)
-        except Incomplete:
-            if not final:
-                raise
-        raise MalformedToolCall(f"expected {literal} after the call arguments")
-
-    def _after_block(self, text: str, final: bool) -> bool:
-        self._pos = self.committed = len(text)
-        return False
+        end = skip_optional(text, pos, literal, final)
+        if end == pos:
+            raise MalformedToolCall(f"expected {literal} after the call arguments")
+        return end
 
 
 class DeepSeekV3ToolParser(ToolParser):
     """``deepseek_v3``: DeepSeek V3 / R1 calls (and the V3.1 unfenced form)."""
 
     name = "deepseek_v3"
-
-    def reader(self, tools: Tools | None) -> DialectReader:
-        return DeepSeekV3Reader(tools)
+    reader_type = DeepSeekV3Reader

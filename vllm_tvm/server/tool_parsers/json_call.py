@@ -6,6 +6,7 @@ text, character for character, is the arguments JSON, so the fragments sent whil
 concatenate to exactly the text ``extract`` returns. Arguments given as a JSON string holding
 an object (some fine-tunes do that) are sent once the string closes. Dialects that write the
 arguments object alone after the name (Mistral v11, DeepSeek) stream it the same way.
+``JsonObjectDialect`` gives their readers the states that read either kind of object.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from vllm_tvm.server.tool_parsers.base import MalformedToolCall
+from vllm_tvm.server.tool_parsers.base import DialectReader, MalformedToolCall, State, Tools
 from vllm_tvm.server.tool_parsers.scanning import (
     Incomplete,
     JsonContainerScanner,
@@ -57,9 +58,10 @@ class JsonCallReader:
         self._string_args: str | None = None
         self._pending: list[str] = []
 
-    def advance(self, text: str, final: bool) -> None:
-        """Read what has arrived. Raises ``Incomplete`` while the object is open and
-        ``MalformedToolCall`` if it is not a call."""
+    def advance(self, text: str, final: bool) -> int:
+        """Read what has arrived; return the index after the closing ``}``. Raises
+        ``Incomplete`` while the object is open and ``MalformedToolCall`` if it is not a
+        call."""
         while self.end is None:
             try:
                 if self._args is not None and self._args_open:
@@ -71,6 +73,7 @@ class JsonCallReader:
                 self._announce()
                 raise
             self._announce()
+        return self.end
 
     def _read_member(self, text: str, final: bool) -> None:
         pos = skip_whitespace(text, self._pos)
@@ -182,3 +185,51 @@ class RawJsonArguments:
         if not isinstance(value, dict):
             raise MalformedToolCall("call arguments are not a JSON object")
         return end
+
+
+class JsonObjectDialect(DialectReader):
+    """A dialect reader with the states that read one JSON object at ``_pos`` (after
+    whitespace): a whole call object (``_read_call_object``) or an arguments object written
+    after the call's name (``_read_arguments_object``). Reading goes on in the state ``then``
+    just after the object's ``}``."""
+
+    def __init__(self, tools: Tools | None) -> None:
+        super().__init__(tools)
+        self._object: Callable[[str, bool], int] | None = None
+        self._then: State | None = None
+
+    def _read_call_object(self, text: str, *, strict: bool, error: str, then: State) -> bool:
+        """Start reading a call object (see ``JsonCallReader`` for ``strict``); ``error``
+        says what was expected when the text there is not a ``{``."""
+        call = JsonCallReader(
+            self._object_start(text, error),
+            strict=strict,
+            start_call=self._start_call,
+            arguments=self._arguments,
+        )
+        return self._read_object(call.advance, then)
+
+    def _read_arguments_object(self, text: str, *, error: str, then: State) -> bool:
+        """Start reading the current call's arguments object; ``error`` says what was
+        expected when the text there is not a ``{``."""
+        arguments = RawJsonArguments(self._object_start(text, error), self._arguments)
+        return self._read_object(lambda text, final: arguments.advance(text), then)
+
+    def _object_start(self, text: str, error: str) -> int:
+        pos = skip_whitespace(text, self._pos)
+        if pos >= len(text):
+            raise Incomplete
+        if text[pos] != "{":
+            raise MalformedToolCall(error)
+        return pos
+
+    def _read_object(self, advance: Callable[[str, bool], int], then: State) -> bool:
+        self._object, self._then = advance, then
+        self._state = self._in_object
+        return True
+
+    def _in_object(self, text: str, final: bool) -> bool:
+        assert self._object is not None and self._then is not None
+        self._pos = self.committed = self._object(text, final)
+        self._state = self._then
+        return True

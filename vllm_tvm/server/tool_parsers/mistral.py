@@ -17,14 +17,8 @@ import re
 import secrets
 import string
 
-from vllm_tvm.server.tool_parsers.base import (
-    DialectReader,
-    MalformedToolCall,
-    State,
-    ToolParser,
-    Tools,
-)
-from vllm_tvm.server.tool_parsers.json_call import JsonCallReader, RawJsonArguments
+from vllm_tvm.server.tool_parsers.base import MalformedToolCall, State, ToolParser, Tools
+from vllm_tvm.server.tool_parsers.json_call import JsonObjectDialect
 from vllm_tvm.server.tool_parsers.scanning import (
     Incomplete,
     find_first,
@@ -39,25 +33,18 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
-class MistralReader(DialectReader):
+class MistralReader(JsonObjectDialect):
     """Content, then ``[TOOL_CALLS]`` blocks in either form; other text after them is dropped."""
 
     def __init__(self, tools: Tools | None) -> None:
         super().__init__(tools)
-        self._call: JsonCallReader | None = None
-        self._args: RawJsonArguments | None = None
         self._in_list = False
 
     def _initial_state(self) -> State:
         return self._in_content
 
     def _in_content(self, text: str, final: bool) -> bool:
-        index = self._read_content(text, final, (TOOL_CALLS,))
-        if index is None:
-            return False
-        self._pos = index + len(TOOL_CALLS)
-        self._state = self._after_marker
-        return True
+        return self._content_until(text, final, TOOL_CALLS, self._after_marker)
 
     def _after_marker(self, text: str, final: bool) -> bool:
         pos = skip_whitespace(text, self._pos)
@@ -76,24 +63,9 @@ class MistralReader(DialectReader):
         return True
 
     def _v3_object(self, text: str, final: bool) -> bool:
-        pos = skip_whitespace(text, self._pos)
-        if pos >= len(text):
-            raise Incomplete
-        if text[pos] != "{":
-            raise MalformedToolCall(f"expected a call object after {TOOL_CALLS}")
-        self._call = JsonCallReader(
-            pos, strict=False, start_call=self._start_call, arguments=self._arguments
-        )
-        self._state = self._in_v3_object
-        return True
-
-    def _in_v3_object(self, text: str, final: bool) -> bool:
-        assert self._call is not None
-        self._call.advance(text, final)
-        assert self._call.end is not None
-        self._pos = self.committed = self._call.end
-        self._state = self._after_v3_object if self._in_list else self._between_calls
-        return True
+        error = f"expected a call object after {TOOL_CALLS}"
+        then = self._after_v3_object if self._in_list else self._between_calls
+        return self._read_call_object(text, strict=False, error=error, then=then)
 
     def _after_v3_object(self, text: str, final: bool) -> bool:
         pos = skip_whitespace(text, self._pos)
@@ -143,28 +115,11 @@ class MistralReader(DialectReader):
         return True
 
     def _v11_arguments(self, text: str, final: bool) -> bool:
-        pos = skip_whitespace(text, self._pos)
-        if pos >= len(text):
-            raise Incomplete
-        if text[pos] != "{":
-            raise MalformedToolCall(f"expected a JSON object after {ARGS}")
-        self._args = RawJsonArguments(pos, self._arguments)
-        self._state = self._in_v11_arguments
-        return True
-
-    def _in_v11_arguments(self, text: str, final: bool) -> bool:
-        assert self._args is not None
-        self._pos = self.committed = self._args.advance(text)
-        self._state = self._between_calls
-        return True
+        error = f"expected a JSON object after {ARGS}"
+        return self._read_arguments_object(text, error=error, then=self._between_calls)
 
     def _between_calls(self, text: str, final: bool) -> bool:
-        index = self._skip_to(text, (TOOL_CALLS,))
-        if index is None:
-            return False
-        self._pos = index + len(TOOL_CALLS)
-        self._state = self._after_marker
-        return True
+        return self._skip_until(text, TOOL_CALLS, self._after_marker)
 
 
 def make_mistral_call_id() -> str:
@@ -177,9 +132,7 @@ class MistralToolParser(ToolParser):
     forms."""
 
     name = "mistral"
-
-    def reader(self, tools: Tools | None) -> DialectReader:
-        return MistralReader(tools)
+    reader_type = MistralReader
 
     def new_call_id(self) -> str:
         return make_mistral_call_id()

@@ -6,7 +6,7 @@ without tool support, so the server's code path is the same whether or not calls
 
 from __future__ import annotations
 
-from vllm_tvm.server.tool_parsers.base import DialectReader, State, ToolParser, Tools
+from vllm_tvm.server.tool_parsers.base import DialectReader, State, ToolParser
 
 
 class PlainTextReader(DialectReader):
@@ -25,6 +25,4 @@ class NoneToolParser(ToolParser):
     """``none``: everything is content."""
 
     name = "none"
-
-    def reader(self, tools: Tools | None) -> DialectReader:
-        return PlainTextReader(tools)
+    reader_type = PlainTextReader

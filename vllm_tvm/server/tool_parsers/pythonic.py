@@ -13,14 +13,13 @@ import json
 import re
 
 from vllm_tvm.server.tool_parsers.base import (
-    DialectReader,
+    LeadingCallDialect,
     MalformedToolCall,
-    State,
     ToolParser,
     Tools,
 )
 from vllm_tvm.server.tool_parsers.python_literals import parse_python_literal
-from vllm_tvm.server.tool_parsers.scanning import Incomplete, match_literal, skip_whitespace
+from vllm_tvm.server.tool_parsers.scanning import Incomplete, skip_optional, skip_whitespace
 
 WRAPPERS = {"<|tool_call_start|>": "<|tool_call_end|>", "<|python_start|>": "<|python_end|>"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
@@ -97,7 +96,7 @@ class PythonValueScanner:
         raise Incomplete
 
 
-class PythonicReader(DialectReader):
+class PythonicReader(LeadingCallDialect):
     """A leading call list, or content then wrapped call lists."""
 
     def __init__(self, tools: Tools | None) -> None:
@@ -107,16 +106,7 @@ class PythonicReader(DialectReader):
         self._keyword = ""
         self._value: PythonValueScanner | None = None
 
-    def _initial_state(self) -> State:
-        return self._at_start
-
-    def _at_start(self, text: str, final: bool) -> bool:
-        pos = skip_whitespace(text, 0)
-        if pos >= len(text):
-            if final:
-                self._state = self._in_content
-                return True
-            return False
+    def _message_opens(self, text: str, pos: int, final: bool) -> bool:
         if text[pos] == "[":
             self._pos = pos + 1
             self._state = self._call_name
@@ -215,13 +205,7 @@ class PythonicReader(DialectReader):
     def _list_closed(self, text: str, final: bool) -> bool:
         assert self._wrapper_end is not None
         pos = skip_whitespace(text, self._pos)
-        try:
-            if match_literal(text, pos, self._wrapper_end):
-                pos += len(self._wrapper_end)
-        except Incomplete:
-            if not final:
-                raise
-        self._pos = self.committed = pos
+        self._pos = self.committed = skip_optional(text, pos, self._wrapper_end, final)
         self._state = self._between_lists
         return True
 
@@ -256,6 +240,4 @@ class PythonicToolParser(ToolParser):
     """``pythonic``: a Python list of calls with keyword arguments."""
 
     name = "pythonic"
-
-    def reader(self, tools: Tools | None) -> DialectReader:
-        return PythonicReader(tools)
+    reader_type = PythonicReader

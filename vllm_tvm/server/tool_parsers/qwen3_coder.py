@@ -38,6 +38,7 @@ from vllm_tvm.server.tool_parsers.scanning import (
     Incomplete,
     find_first,
     match_literal,
+    skip_optional,
     skip_whitespace,
 )
 
@@ -123,12 +124,7 @@ class Qwen3CoderReader(DialectReader):
     def _function_closed(self, text: str, final: bool) -> bool:
         pos = skip_whitespace(text, self._pos)
         if self._wrapped:
-            try:
-                if match_literal(text, pos, CALL_END):
-                    pos += len(CALL_END)
-            except Incomplete:
-                if not final:
-                    raise
+            pos = skip_optional(text, pos, CALL_END, final)
         self._pos = self.committed = pos
         self._state = self._between_calls
         return True
@@ -233,6 +229,4 @@ class Qwen3CoderToolParser(ToolParser):
     """``qwen3_coder``: XML ``<function=...><parameter=...>`` calls."""
 
     name = "qwen3_coder"
-
-    def reader(self, tools: Tools | None) -> DialectReader:
-        return Qwen3CoderReader(tools)
+    reader_type = Qwen3CoderReader

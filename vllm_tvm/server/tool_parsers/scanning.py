@@ -64,6 +64,19 @@ def match_literal(text: str, pos: int, literal: str) -> bool:
     return False
 
 
+def skip_optional(text: str, pos: int, literal: str, final: bool) -> int:
+    """The index after ``literal`` when it stands at ``pos``, else ``pos``. Raises
+    ``Incomplete`` when the text ends inside a prefix of it, unless ``final`` (then the
+    literal is not there)."""
+    try:
+        if match_literal(text, pos, literal):
+            return pos + len(literal)
+    except Incomplete:
+        if not final:
+            raise
+    return pos
+
+
 class JsonContainerScanner:
     """Finds the end of a JSON object or array that starts at ``start``, as text arrives.
 

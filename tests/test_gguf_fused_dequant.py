@@ -1,0 +1,212 @@
+"""GGUF weights kept quantized on the device (`--weight-format native`) against the plain path.
+
+For each fused type (Q8_0, Q4_0, Q4_1) a tiny llama file holds every matrix in that type.
+The `dequantized` arm (every weight dequantized to fp32 at load, the path that exists
+without this feature) is the oracle: the fused kernels must give the same logits within
+1e-4 and the same greedy tokens. The manifest must say which parameters are quantized, and
+a checkpoint stored differently must be refused before use. Repacked planes are checked
+against the `gguf` package's own dequantizer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf_fused_dequant_helpers import greedy, tiny_config, write_quantized_llama
+
+from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.cli.main import build_parser
+from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
+from vllm_tvm.model_defs.weight_formats import FLOAT, FORMATS
+from vllm_tvm.runtime.gguf_repack import repack
+from vllm_tvm.runtime.gguf_weights import GGUFWeights
+from vllm_tvm.runtime.model_runner import ModelRunner
+from vllm_tvm.runtime.weights import WeightMismatchError
+
+FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1]
+STEPS = 8
+
+# Every weight a llama compiles: embedding, fused q/k/v and gate/up, o/down, lm_head.
+QUANTIZABLE = [
+    "model.embed_tokens.weight",
+    *(
+        f"model.layers.{i}.{module}.weight"
+        for i in range(2)
+        for module in (
+            "self_attn.qkv_proj",
+            "self_attn.o_proj",
+            "mlp.gate_up_proj",
+            "mlp.down_proj",
+        )
+    ),
+    "lm_head.weight",
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[Q, Path]:
+    folder = tmp_path_factory.mktemp("fused")
+    return {t: write_quantized_llama(folder / f"{t.name}.gguf", t) for t in FUSED_TYPES}
+
+
+def _artifact(model: Path, weight_format: str) -> Path:
+    return compile_cached(make_request(model, weight_format=weight_format), show_progress=False)
+
+
+@pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
+def test_native_keeps_every_linear_and_embedding_weight_quantized(
+    files: dict[Q, Path], qtype: Q
+) -> None:
+    request = make_request(files[qtype])
+    assert dict(request.weight_formats) == {name: qtype.name.lower() for name in QUANTIZABLE}
+
+
+@pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
+def test_fused_logits_equal_the_dequantized_path(files: dict[Q, Path], qtype: Q) -> None:
+    model = files[qtype]
+    fused = greedy(_artifact(model, "native"), model, STEPS)
+    plain = greedy(_artifact(model, "dequantized"), model, STEPS, forced=fused.tokens)
+    np.testing.assert_allclose(fused.logits, plain.logits, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
+def test_fused_greedy_tokens_equal_the_dequantized_path(files: dict[Q, Path], qtype: Q) -> None:
+    model = files[qtype]
+    fused = greedy(_artifact(model, "native"), model, STEPS)
+    plain = greedy(_artifact(model, "dequantized"), model, STEPS)
+    assert fused.tokens == plain.tokens
+
+
+def test_tied_embedding_table_serves_embed_and_logits_quantized(tmp_path: Path) -> None:
+    model = write_quantized_llama(tmp_path / "tied.gguf", Q.Q8_0, tied=True)
+    request = make_request(model)
+    assert request.weight_formats["model.embed_tokens.weight"] == "q8_0"
+    assert "lm_head.weight" not in request.weight_formats
+    fused = greedy(_artifact(model, "native"), model, STEPS)
+    plain = greedy(_artifact(model, "dequantized"), model, STEPS, forced=fused.tokens)
+    np.testing.assert_allclose(fused.logits, plain.logits, rtol=0, atol=1e-4)
+    assert fused.tokens == [int(i) for i in np.argmax(plain.logits, axis=1)]
+
+
+def test_manifest_records_each_plane_with_its_format(files: dict[Q, Path]) -> None:
+    manifest = read_manifest(_artifact(files[Q.Q4_1], "native"))
+    qkv = [p for p in manifest.params if ".layers.0.self_attn.qkv_proj." in p.name]
+    assert [(p.name.rsplit(".", 1)[1], p.format, p.plane, p.dtype) for p in qkv] == [
+        ("qs", "q4_1", "qs", "uint32"),
+        ("d", "q4_1", "d", "float16"),
+        ("m", "q4_1", "m", "float16"),
+    ]
+    prefix = "model.layers.0.self_attn."
+    assert qkv[0].sources == [f"{prefix}{p}_proj.weight" for p in "qkv"]
+    rows = (4 + 2 + 2) * 16  # q, k, v heads times head_dim
+    assert [p.shape for p in qkv] == [[rows, 64 // 8], [rows, 64 // 32], [rows, 64 // 32]]
+    norm = next(p for p in manifest.params if p.name == "model.norm.weight")
+    assert (norm.format, norm.plane) == (FLOAT, None)
+
+
+def test_dequantized_arm_stores_every_parameter_as_float(files: dict[Q, Path]) -> None:
+    request = make_request(files[Q.Q4_1], weight_format="dequantized")
+    assert dict(request.weight_formats) == {}
+    manifest = read_manifest(_artifact(files[Q.Q4_1], "dequantized"))
+    assert {p.format for p in manifest.params} == {FLOAT}
+    assert {p.dtype for p in manifest.params} == {"float32"}
+    assert "model.layers.0.self_attn.qkv_proj.weight" in {p.name for p in manifest.params}
+
+
+def test_weight_format_is_part_of_the_cache_key(files: dict[Q, Path]) -> None:
+    native = cache_key_for(make_request(files[Q.Q4_1]))
+    plain = cache_key_for(make_request(files[Q.Q4_1], weight_format="dequantized"))
+    other_type = cache_key_for(make_request(files[Q.Q8_0]))
+    assert len({native, plain, other_type}) == 3
+
+
+def test_dequantized_arm_serves_files_of_any_type_with_one_artifact(files: dict[Q, Path]) -> None:
+    keys = {cache_key_for(make_request(f, weight_format="dequantized")) for f in files.values()}
+    assert len(keys) == 1
+
+
+def test_checkpoint_of_another_quant_type_is_refused_naming_the_tensor(
+    files: dict[Q, Path],
+) -> None:
+    artifact = _artifact(files[Q.Q4_0], "native")
+    with pytest.raises(WeightMismatchError) as refused:
+        ModelRunner(artifact, files[Q.Q8_0], show_progress=False)
+    message = str(refused.value)
+    assert "'model.embed_tokens.weight' is stored as Q8_0" in message
+    assert "as Q4_0 blocks" in message
+    assert "--weight-format dequantized" in message
+
+
+def test_checkpoint_without_blocks_is_refused_for_a_native_artifact(
+    files: dict[Q, Path], tmp_path: Path
+) -> None:
+    from transformers import LlamaForCausalLM
+
+    LlamaForCausalLM(tiny_config()).save_pretrained(tmp_path / "hf")
+    artifact = _artifact(files[Q.Q4_1], "native")
+    with pytest.raises(WeightMismatchError, match="not one; compile the artifact"):
+        ModelRunner(artifact, tmp_path / "hf", show_progress=False)
+
+
+def test_projection_with_mixed_types_is_dequantized_at_load(tmp_path: Path) -> None:
+    prefix = "model.layers.0.self_attn."
+    types = {
+        f"{prefix}q_proj.weight": Q.Q4_0,
+        f"{prefix}k_proj.weight": Q.Q8_0,
+        f"{prefix}v_proj.weight": Q.Q4_0,
+        f"{prefix}o_proj.weight": Q.Q4_1,
+        "model.layers.1.mlp.down_proj.weight": Q.F16,
+    }
+    request = make_request(write_quantized_llama(tmp_path / "mixed.gguf", types))
+    assert dict(request.weight_formats) == {f"{prefix}o_proj.weight": "q4_1"}
+
+
+def test_unknown_weight_format_is_refused_naming_the_choices(files: dict[Q, Path]) -> None:
+    with pytest.raises(ValueError, match=r"unsupported weight format 'int2'; .*native, dequant"):
+        make_request(files[Q.Q4_1], weight_format="int2")
+
+
+@pytest.mark.parametrize("command", ["compile", "generate"])
+def test_cli_weight_format_flag_defaults_to_native(command: str) -> None:
+    prompt = ["--prompt", "x"] if command == "generate" else ["m.gguf"]
+    parser = build_parser()
+    assert parser.parse_args([command, *prompt]).weight_format == "native"
+    flag = parser.parse_args([command, *prompt, "--weight-format", "dequantized"])
+    assert flag.weight_format == "dequantized"
+
+
+def _decode_planes(planes: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
+    """The weight from its planes, by ggml's formulas, written independently of the loader:
+    int8 values, or value 8w + i in bits 4i..4i+3 of uint32 word w; fp16 scale d (and
+    min m) per 32 values."""
+    if qtype == Q.Q8_0:
+        q = planes["qs"].astype(np.float32)
+    else:
+        words = planes["qs"][:, :, None] >> (4 * np.arange(8, dtype=np.uint32))
+        q = (words & 15).reshape(planes["qs"].shape[0], -1).astype(np.float32)
+    d = np.repeat(planes["d"].astype(np.float32), 32, axis=1)
+    if qtype == Q.Q4_0:
+        return d * (q - 8)
+    if qtype == Q.Q4_1:
+        return d * q + np.repeat(planes["m"].astype(np.float32), 32, axis=1)
+    return d * q
+
+
+@pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
+def test_repacked_planes_hold_the_values_ggml_decodes(files: dict[Q, Path], qtype: Q) -> None:
+    weights = GGUFWeights(files[qtype])
+    for name in ("model.layers.1.self_attn.k_proj.weight", "model.layers.0.mlp.down_proj.weight"):
+        raw = weights.raw(name)
+        planes = repack(raw, FORMATS[qtype.name.lower()])
+        expected = gguf.quants.dequantize(raw.data, qtype).reshape(raw.shape)
+        np.testing.assert_array_equal(_decode_planes(planes, qtype), expected, name)
+
+
+def test_repack_refuses_a_tensor_of_another_type(files: dict[Q, Path]) -> None:
+    raw = GGUFWeights(files[Q.Q8_0]).raw("model.layers.0.mlp.down_proj.weight")
+    with pytest.raises(ValueError, match="a Q8_0 tensor cannot be repacked as q4_1"):
+        repack(raw, FORMATS["q4_1"])

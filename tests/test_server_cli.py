@@ -1,0 +1,146 @@
+"""`vllm-tvm serve`: its flags and defaults, and a real server process's life cycle.
+
+Specification: flags carry vLLM's names and the reference server's defaults; an unknown
+flag fails at startup and a vLLM flag vllm-tvm does not implement is refused by name; with
+no model the embedded default model is served; SIGTERM lets an in-flight stream finish and
+the process exits cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import httpx2 as httpx
+import pytest
+from server_helpers import server_farm, wait_until  # noqa: F401
+
+from vllm_tvm.cli.main import build_parser
+from vllm_tvm.cli.serve_cmd import NOT_IMPLEMENTED, config_from_args
+
+
+def parse(*argv: str):
+    return config_from_args(build_parser().parse_args(["serve", *argv]))
+
+
+def test_defaults_are_the_reference_servers():
+    config = parse("--model", "/models/tiny")
+    assert (config.host, config.port) == ("0.0.0.0", 8000)
+    assert (config.block_size, config.num_blocks, config.max_num_seqs) == (32, 256, 32)
+    assert config.max_model_len is None and config.max_num_batched_tokens is None
+    assert config.enable_prefix_caching and config.scheduling_policy == "fcfs"
+    assert (config.tool_call_parser, config.reasoning_parser) == ("hermes", None)
+    assert config.enable_log_requests and not config.enable_log_outputs
+    assert config.max_log_len == 256 and config.enable_metrics
+    assert config.enable_thinking is None and config.api_key is None
+    assert config.model_name == "tiny"
+
+
+def test_flags_set_their_fields():
+    config = parse(
+        "/models/m.gguf",
+        "--served-model-name", "a", "b",
+        "--api-key", "k",
+        "--max-model-len", "1024",
+        "--no-enable-prefix-caching",
+        "--reasoning-parser", "qwen3",
+        "--enable-thinking",
+        "--disable-log-requests",
+        "--disable-metrics",
+    )  # fmt: skip
+    assert config.model == "/models/m.gguf" and config.model_names == ["a", "b"]
+    assert config.api_key == "k" and config.max_model_len == 1024
+    assert not config.enable_prefix_caching and config.reasoning_parser == "qwen3"
+    assert config.enable_thinking is True
+    assert not config.enable_log_requests and not config.enable_metrics
+
+
+def test_memory_sizing_leaves_num_blocks_unset():
+    assert parse("--model", "m", "--kv-cache-memory-bytes", "1000000").num_blocks is None
+
+
+def test_unknown_flag_fails_at_startup(capsys):
+    with pytest.raises(SystemExit) as caught:
+        parse("--model", "m", "--no-such-flag")
+    assert caught.value.code == 2
+    assert "--no-such-flag" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", NOT_IMPLEMENTED[:4])
+def test_unimplemented_vllm_flag_is_refused_by_name(capsys, flag):
+    with pytest.raises(SystemExit):
+        parse("--model", "m", flag, "1")
+    assert f"{flag} is not supported" in capsys.readouterr().err
+
+
+def test_unknown_parser_name_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        parse("--model", "m", "--tool-call-parser", "nope")
+    assert "hermes" in capsys.readouterr().err
+
+
+def test_no_model_serves_the_embedded_default():
+    from vllm_tvm.runtime.default_model import (
+        DEFAULT_MODEL_NAME,
+        DefaultModelMissingError,
+        default_model_path,
+    )
+
+    try:
+        path = default_model_path()
+    except DefaultModelMissingError:
+        pytest.skip("the default model package is not installed")
+    config = parse()
+    assert config.model == str(path)
+    assert config.model_names == [DEFAULT_MODEL_NAME]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_sigterm_finishes_the_stream_in_flight_and_exits(server_farm):  # noqa: F811
+    port = _free_port()
+    command = [
+        sys.executable, "-m", "vllm_tvm.cli.main", "serve", str(server_farm.model_dir),
+        "--host", "127.0.0.1", "--port", str(port), "--num-blocks", "16",
+        "--disable-log-requests",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ)
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(url + "/health").status_code == 200
+            except httpx.TransportError:
+                return process.poll() is not None
+
+        assert wait_until(healthy, timeout=120) and process.poll() is None
+        events: list[str] = []
+        body = {"prompt": "Hello", "max_tokens": 200, "ignore_eos": True, "stream": True}
+
+        def stream() -> None:
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as reply:
+                events.extend(line for line in reply.iter_lines() if line)
+
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert wait_until(lambda: len(events) > 0)
+        process.send_signal(signal.SIGTERM)
+        reader.join(timeout=60)
+        assert process.wait(timeout=60) == 0
+        assert events[-1] == "data: [DONE]"
+        assert '"finish_reason": "length"' in events[-2]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -1,0 +1,29 @@
+"""Command-line options that several `vllm-tvm` subcommands share.
+
+Why it exists: `compile`, `generate` and `serve` all pick the compute dtype (and the first two
+how GGUF weights are kept), and the flags must read and behave the same in each of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vllm_tvm.model_defs.weight_formats import NATIVE, WEIGHT_FORMAT_MODES
+
+
+def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--dtype` (default `auto`: the checkpoint's own dtype)."""
+    parser.add_argument(
+        "--dtype", default="auto", help="auto (the checkpoint's), float32, float16, bfloat16"
+    )
+
+
+def add_weight_format_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--weight-format`, one of `WEIGHT_FORMAT_MODES` (default `native`)."""
+    parser.add_argument(
+        "--weight-format",
+        choices=WEIGHT_FORMAT_MODES,
+        default=NATIVE,
+        help="native: keep GGUF Q8_0/Q4_0/Q4_1 weights quantized on the device (dequantized "
+        "inside the matmul); dequantized: dequantize every weight at load",
+    )

@@ -1,0 +1,215 @@
+"""Linear and embedding weights kept in a GGUF block format and dequantized inside the kernel.
+
+Why this exists: dequantizing a GGUF file to fp32 at load makes a Q4_1 model eight times
+larger on the device, and decode streams every weight byte once per token. Here a weight
+stays in its blocks (planes described in weight_formats.py) and each product is one TIR
+function: a `dequantize` stage that turns a block back into its fp32 values with ggml's
+formulas in ggml's order of operations (so the values are the ones llama.cpp and the
+`dequantized` path use), feeding the same fp32-accumulating NT matmul as `NTLinear`. The
+schedules tile or inline the `dequantize` stage (CPU: schedules/cpu_quant_matmul.py; GPUs:
+dlight's GEMV/Matmul), so the fp32 weight never exists in memory. The embedding table
+gathers rows the same way.
+
+`apply_weight_formats` swaps these in for the float weights of an already built model, so
+the model definitions stay written in plain `NTLinear` / `nn.Embedding`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from tvm import te, tirx
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import Tensor, op
+
+from vllm_tvm.model_defs.layers import ACCUMULATION_DTYPE, NTLinear, _nt_matmul
+from vllm_tvm.model_defs.weight_formats import QuantFormat, quant_format
+
+DEQUANTIZE_BLOCK = "dequantize"
+"""Name of the TE stage that rebuilds fp32 weights from planes (the schedules look for it)."""
+
+
+class _Planes:
+    """Element access to one weight's plane tensors, by weight row and column."""
+
+    def __init__(self, fmt: QuantFormat, tensors: Sequence[te.Tensor]) -> None:
+        self._fmt = fmt
+        self._tensors = {p.name: t for p, t in zip(fmt.planes, tensors, strict=True)}
+
+    def item(self, name: str, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+        """The element of plane `name` that covers weight element (row, col)."""
+        return self._tensors[name][row, col // self._fmt.plane(name).values_per_item]
+
+    def value(self, name: str, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+        """That element as fp32 (a scale, or an int8 value)."""
+        return self.item(name, row, col).astype(ACCUMULATION_DTYPE)
+
+    def field(self, name: str, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+        """The bit field of (row, col) in a plane of packed uint32 words, as fp32."""
+        per_word = self._fmt.plane(name).values_per_item
+        width = 32 // per_word
+        shift = ((col % per_word) * width).astype("uint32")
+        mask = tirx.const((1 << width) - 1, "uint32")
+        return ((self.item(name, row, col) >> shift) & mask).astype(ACCUMULATION_DTYPE)
+
+
+Value = Callable[[_Planes, tirx.Expr, tirx.Expr], tirx.Expr]
+
+
+def _q8_0(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q8_0: d * q, q int8."""
+    return p.value("d", row, col) * p.value("qs", row, col)
+
+
+def _q4_0(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q4_0: d * (q - 8), q 4-bit."""
+    return p.value("d", row, col) * (p.field("qs", row, col) - _f32(8))
+
+
+def _q4_1(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q4_1: d * q + m, q 4-bit."""
+    return p.value("d", row, col) * p.field("qs", row, col) + p.value("m", row, col)
+
+
+def _k_offset(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """Q4_K/Q5_K sub-block offset dmin * min (ggml's `m1`)."""
+    return p.value("dmin", row, col) * p.value("mn", row, col)
+
+
+def _q4_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q4_K: (d * scale) * q - dmin * min, q 4-bit, scale/min 6-bit per 32 values."""
+    scale = p.value("d", row, col) * p.value("sc", row, col)
+    return scale * p.field("qs", row, col) - _k_offset(p, row, col)
+
+
+def _q5_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q5_K: as Q4_K with a fifth bit, q = low nibble + 16 * high bit."""
+    scale = p.value("d", row, col) * p.value("sc", row, col)
+    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
+    return scale * q - _k_offset(p, row, col)
+
+
+def _q6_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q6_K: (d * scale) * (q - 32), q 6-bit (nibble + 16 * two high bits), scale int8
+    per 16 values."""
+    scale = p.value("d", row, col) * p.value("sc", row, col)
+    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
+    return scale * (q - _f32(32))
+
+
+def _f32(value: float) -> tirx.Expr:
+    return tirx.const(value, ACCUMULATION_DTYPE)
+
+
+_VALUE: dict[str, Value] = {
+    "q8_0": _q8_0,
+    "q4_0": _q4_0,
+    "q4_1": _q4_1,
+    "q4_k": _q4_k,
+    "q5_k": _q5_k,
+    "q6_k": _q6_k,
+}
+
+
+class QuantWeight(nn.Module):
+    """A weight `[rows, columns]` held as the planes of `fmt` (parameters `<name>.<plane>`)."""
+
+    def __init__(self, fmt: QuantFormat, shape: tuple[int, int]) -> None:
+        self.quant_format = fmt
+        self.logical_shape = shape
+        for plane in fmt.planes:
+            plane_shape = tuple(fmt.plane_shape(plane, shape))
+            setattr(self, plane.name, nn.Parameter(plane_shape, plane.dtype))
+
+    def _planes(self) -> list[Tensor]:
+        return [getattr(self, plane.name) for plane in self.quant_format.planes]
+
+    def _dequantize(self, planes: Sequence[te.Tensor]) -> te.Tensor:
+        access, value = _Planes(self.quant_format, planes), _VALUE[self.quant_format.name]
+        return te.compute(
+            self.logical_shape, lambda row, col: value(access, row, col), name=DEQUANTIZE_BLOCK
+        )
+
+    def nt_matmul(self, x: Tensor, out_dtype: str) -> Tensor:
+        """x @ W.T (fp32 accumulation), W dequantized block by block inside the kernel."""
+        return op.tensor_expr_op(
+            lambda a, *planes: _nt_matmul(a, self._dequantize(planes), out_dtype),
+            f"nt_matmul_{self.quant_format.name}",
+            [x, *self._planes()],
+        )
+
+    def take_rows(self, ids: Tensor, out_dtype: str) -> Tensor:
+        """Rows `ids` (int32 [n]) of W, dequantized: [n, columns] in `out_dtype`."""
+        value = _VALUE[self.quant_format.name]
+
+        def gather(index: te.Tensor, *planes: te.Tensor) -> te.Tensor:
+            access = _Planes(self.quant_format, planes)
+            return te.compute(
+                (index.shape[0], self.logical_shape[1]),
+                lambda i, col: value(access, index[i], col).astype(out_dtype),
+                name=f"{DEQUANTIZE_BLOCK}_rows",
+            )
+
+        return op.tensor_expr_op(gather, f"take_{self.quant_format.name}", [ids, *self._planes()])
+
+
+class QuantEmbedding(nn.Module):
+    """`nn.Embedding` over a quantized table (1-D token ids, as the `embed` function takes)."""
+
+    def __init__(self, fmt: QuantFormat, num: int, dim: int, dtype: str) -> None:
+        self.weight = QuantWeight(fmt, (num, dim))
+        self.dtype = dtype
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.weight.take_rows(ids, self.dtype)
+
+
+def _submodules(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Module, object]]:
+    """(dotted path, module, key in its parent) for every module below `module`."""
+    items: Iterator[tuple[object, object]]
+    if isinstance(module, nn.ModuleList):
+        items = enumerate(module)
+    else:
+        items = iter(list(vars(module).items()))
+    for key, child in items:
+        if isinstance(child, nn.Module):
+            path = f"{prefix}{key}"
+            yield path, child, (module, key)
+            yield from _submodules(child, f"{path}.")
+
+
+def quantizable_weights(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """Weights that may be kept quantized (linear layers, embedding tables): name -> shape."""
+    found = {}
+    for path, module, _ in _submodules(model):
+        if isinstance(module, NTLinear):
+            found[f"{path}.weight"] = (module.out_features, module.in_features)
+        elif isinstance(module, nn.Embedding):
+            found[f"{path}.weight"] = (int(module.num), int(module.dim))
+    return found
+
+
+def apply_weight_formats(model: nn.Module, formats: Mapping[str, str]) -> None:
+    """Store each weight named in `formats` (name -> format name) quantized, in place.
+
+    Raises ValueError naming a weight that is not a linear or embedding weight of `model`.
+    """
+    pending = dict(formats)
+    for path, module, (parent, key) in list(_submodules(model)):
+        name = f"{path}.weight"
+        if name not in pending or not isinstance(module, (NTLinear, nn.Embedding)):
+            continue
+        fmt = quant_format(pending.pop(name))
+        if isinstance(module, NTLinear):
+            module.weight = QuantWeight(fmt, (module.out_features, module.in_features))
+            continue
+        table = QuantEmbedding(fmt, int(module.num), int(module.dim), module.weight.dtype)
+        if isinstance(parent, nn.ModuleList):
+            parent[key] = table
+        else:
+            setattr(parent, str(key), table)
+    if pending:
+        raise ValueError(
+            f"cannot store {next(iter(pending))!r} quantized: not a linear or embedding weight "
+            f"of this model; quantizable: {', '.join(quantizable_weights(model))}"
+        )

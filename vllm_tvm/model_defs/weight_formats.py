@@ -1,0 +1,141 @@
+"""How each compiled parameter is stored: a plain float array, or GGUF blocks kept quantized.
+
+Why this exists: keeping a GGUF weight quantized on the device takes three parties that
+must agree on one description of the storage: the model definition (its matmul dequantizes
+the blocks inline), the artifact manifest (it records each parameter's format, so a
+checkpoint of other quant types is refused before use) and the runtime loader (it repacks
+the file's blocks into the arrays the kernel reads). That description lives here, free of
+TVM and numpy imports, so every layer can read it.
+
+A quantized weight ``[out, in]`` becomes several *planes*, each a 2-D array ``[out, in //
+values_per_item]``: the quantized values (int8; or bit fields packed into uint32 words in
+value order, value ``v`` of a ``b``-bit field in bits ``b * (v % (32 / b))`` of word
+``v // (32 / b)``: 4-bit values eight to a word, K-quants' extra high bits beside them) and
+the block scales (and mins) as the file has them. Planes are indexed by plain division of
+the column, which the CPU schedule vectorises and dlight's GPU GEMV/Matmul rules recognise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+FLOAT = "float"
+"""Format of a parameter stored as a plain array of the artifact's dtype."""
+
+NATIVE = "native"
+DEQUANTIZED = "dequantized"
+WEIGHT_FORMAT_MODES = (NATIVE, DEQUANTIZED)
+"""`native`: GGUF weights of a fused quant type stay quantized; `dequantized`: all float."""
+
+
+@dataclass(frozen=True)
+class Plane:
+    """One array of a quantized weight: name, element dtype, weight values per element."""
+
+    name: str
+    dtype: str
+    values_per_item: int
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """A ggml block type kept quantized: its planes and the values one block holds."""
+
+    name: str
+    ggml_type: str
+    block_size: int
+    planes: tuple[Plane, ...]
+
+    def plane(self, name: str) -> Plane:
+        """The plane called `name`; ValueError naming the planes that exist."""
+        for plane in self.planes:
+            if plane.name == name:
+                return plane
+        known = ", ".join(p.name for p in self.planes)
+        raise ValueError(f"format {self.name} has no plane {name!r}; it has: {known}")
+
+    def plane_shape(self, plane: Plane, shape: Sequence[int]) -> list[int]:
+        """Shape of `plane` for a weight of logical shape `shape` (last axis: in)."""
+        rows, columns = list(shape[:-1]), int(shape[-1])
+        return [*rows, columns // plane.values_per_item]
+
+
+_NIBBLES = Plane("qs", "uint32", 8)
+_SCALES = Plane("d", "float16", 32)
+# K-quants: fp16 super-block scale (and min scale) per 256 values, 6-bit (Q4_K, Q5_K) or
+# int8 (Q6_K) sub-block scales per 32 / 16 values.
+_K_SCALES = (
+    Plane("d", "float16", 256),
+    Plane("dmin", "float16", 256),
+    Plane("sc", "uint8", 32),
+    Plane("mn", "uint8", 32),
+)
+
+FORMATS: dict[str, QuantFormat] = {
+    fmt.name: fmt
+    for fmt in (
+        QuantFormat("q8_0", "Q8_0", 32, (Plane("qs", "int8", 1), _SCALES)),
+        QuantFormat("q4_0", "Q4_0", 32, (_NIBBLES, _SCALES)),
+        QuantFormat("q4_1", "Q4_1", 32, (_NIBBLES, _SCALES, Plane("m", "float16", 32))),
+        QuantFormat("q4_k", "Q4_K", 256, (_NIBBLES, *_K_SCALES)),
+        # The fifth bit of each value, 32 to a uint32 word.
+        QuantFormat("q5_k", "Q5_K", 256, (_NIBBLES, Plane("qh", "uint32", 32), *_K_SCALES)),
+        # The two high bits of each value, 16 to a uint32 word.
+        QuantFormat(
+            "q6_k",
+            "Q6_K",
+            256,
+            (
+                _NIBBLES,
+                Plane("qh", "uint32", 16),
+                Plane("sc", "int8", 16),
+                Plane("d", "float16", 256),
+            ),
+        ),
+    )
+}
+"""Formats the fused matmul implements, by name (the name the manifest records)."""
+
+_BY_GGML_TYPE = {fmt.ggml_type: fmt for fmt in FORMATS.values()}
+
+
+def quant_format(name: str) -> QuantFormat:
+    """The format called `name`; ValueError naming the supported ones."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(
+            f"unsupported weight format {name!r}; supported: {FLOAT}, " + ", ".join(FORMATS)
+        ) from None
+
+
+def check_weight_format_mode(mode: str) -> str:
+    """`mode` if it is a known weight-format mode, else ValueError naming the accepted ones."""
+    if mode not in WEIGHT_FORMAT_MODES:
+        raise ValueError(
+            f"unsupported weight format {mode!r}; supported: " + ", ".join(WEIGHT_FORMAT_MODES)
+        )
+    return mode
+
+
+def choose_formats(
+    weights: Mapping[str, tuple[Sequence[str], Sequence[int]]],
+    tensor_types: Mapping[str, str],
+) -> dict[str, str]:
+    """Which weights stay quantized: parameter name -> format name.
+
+    `weights` maps each parameter that may be quantized to (its checkpoint tensor names,
+    its logical shape); `tensor_types` maps checkpoint tensor names to ggml type names. A
+    weight stays quantized when all its tensors share one type that has a format here and
+    its rows are whole blocks; every other weight is left out (dequantized at load).
+    """
+    chosen = {}
+    for name, (sources, shape) in weights.items():
+        types = {tensor_types.get(source) for source in sources}
+        if len(types) != 1:
+            continue
+        fmt = _BY_GGML_TYPE.get(next(iter(types)) or "")
+        if fmt is not None and int(shape[-1]) % fmt.block_size == 0:
+            chosen[name] = fmt.name
+    return chosen

@@ -1,0 +1,87 @@
+"""Loading the parameters an artifact reads as quantized blocks (manifest `format` != float).
+
+Why this exists: such a parameter is one plane of a weight whose GGUF blocks the kernel
+dequantizes itself, so it is only right for a checkpoint that stores exactly those blocks.
+`check_quantized_sources` refuses any other checkpoint by tensor name before a byte of
+weight data is read; `QuantizedPlanes` repacks each weight once (gguf_repack.py) and hands
+out its planes in the manifest's order, concatenating fused q/k/v and gate/up row-wise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from vllm_tvm.artifacts.manifest import ParamEntry
+from vllm_tvm.model_defs.weight_formats import FLOAT, quant_format
+from vllm_tvm.runtime.gguf_repack import repack
+from vllm_tvm.runtime.weights import WeightMismatchError, WeightSource
+
+_RECOMPILE_HINT = "compile the artifact for this checkpoint, or with --weight-format dequantized"
+
+
+def check_quantized_sources(entries: Sequence[ParamEntry], source: WeightSource) -> None:
+    """Refuse `source` unless every quantized parameter's tensors are in its ggml type."""
+    quantized = [entry for entry in entries if entry.format != FLOAT]
+    if not quantized:
+        return
+    if not hasattr(source, "raw") or not hasattr(source, "quant_type"):
+        raise WeightMismatchError(
+            f"parameter {quantized[0].name} is compiled to read {quantized[0].format} blocks of "
+            f"a GGUF file, and this checkpoint is not one; {_RECOMPILE_HINT}"
+        )
+    available = set(source.names())
+    for entry in quantized:
+        fmt = quant_format(entry.format)
+        fmt.plane(entry.plane or "")
+        if entry.concat_axis != 0:
+            raise WeightMismatchError(
+                f"parameter {entry.name} concatenates along axis {entry.concat_axis}; "
+                "quantized weights concatenate along axis 0 only"
+            )
+        for name in entry.sources:
+            if name not in available:
+                raise WeightMismatchError(
+                    f"checkpoint has no tensor '{name}' (needed for parameter {entry.name})"
+                )
+            stored = source.quant_type(name).name  # type: ignore[attr-defined]
+            if stored != fmt.ggml_type:
+                raise WeightMismatchError(
+                    f"checkpoint tensor '{name}' is stored as {stored}; the artifact reads it "
+                    f"as {fmt.ggml_type} blocks (parameter {entry.name}); {_RECOMPILE_HINT}"
+                )
+
+
+class QuantizedPlanes:
+    """Planes of quantized parameters from a GGUF source; each weight is repacked once."""
+
+    def __init__(self, source: WeightSource) -> None:
+        self._source = source
+        self._weight: tuple[str, tuple[str, ...]] | None = None
+        self._planes: dict[str, np.ndarray] = {}
+
+    def get(self, entry: ParamEntry) -> np.ndarray:
+        """The plane `entry` names, checked against the manifest's shape and dtype."""
+        weight = (entry.format, tuple(entry.sources))
+        if weight != self._weight:
+            self._planes = self._repack(entry)
+            self._weight = weight
+        array = self._planes[quant_format(entry.format).plane(entry.plane or "").name]
+        if list(array.shape) != entry.shape or str(array.dtype) != entry.dtype:
+            raise WeightMismatchError(
+                f"checkpoint tensor(s) {', '.join(entry.sources)} give a {entry.plane} plane of "
+                f"shape {list(array.shape)} {array.dtype}; the artifact expects {entry.shape} "
+                f"{entry.dtype} for {entry.name}"
+            )
+        return array
+
+    def _repack(self, entry: ParamEntry) -> dict[str, np.ndarray]:
+        fmt = quant_format(entry.format)
+        parts = [repack(self._source.raw(name), fmt) for name in entry.sources]  # type: ignore[attr-defined]
+        return {
+            plane.name: np.concatenate([part[plane.name] for part in parts], axis=0)
+            if len(parts) > 1
+            else parts[0][plane.name]
+            for plane in fmt.planes
+        }

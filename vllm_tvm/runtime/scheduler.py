@@ -1,0 +1,175 @@
+"""Which sequences run in the next step, and how many of their tokens: continuous batching
+under a token budget, with chunked prefill, a waiting-queue policy and preemption.
+
+Why it exists: one forward serves many sequences at once, but the step must fit a token
+budget (`max_num_batched_tokens`), a batch size (`max_num_seqs`) and the free KV blocks.
+vLLM v1's rule decides, with no prefill/decode split: every sequence has tokens not yet in
+the KV cache (a whole prompt, the rest of one, or the token sampled last step) and gets as
+many as the budget allows, running sequences first, then waiting ones in policy order.
+
+- A prompt longer than what is left of the budget is chunked: its next piece runs this step.
+- When a running sequence cannot get a block, the lowest-priority running sequence is
+  preempted (its blocks freed, its tokens recomputed later; the cached ones come back
+  through the prefix cache), until it can or it was the one preempted. No new sequence is
+  admitted in a step that preempted.
+- Policies: "fcfs" (arrival order; the last admitted is preempted first), "priority"
+  (lower `priority` value first, then arrival; the largest value is preempted first) and
+  "lpm" (longest prefix match: the waiting sequence with the most cached prompt blocks
+  first, SGLang's cache-aware policy; fcfs beyond `LPM_MAX_QUEUE` waiting sequences, where
+  the matching would cost more than it saves).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from vllm_tvm.runtime.block_manager import BlockManager
+from vllm_tvm.runtime.metrics import EngineMetrics
+from vllm_tvm.runtime.sequence import Sequence, SequenceStatus
+
+SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
+POLICIES: tuple[str, ...] = get_args(SchedulingPolicy)
+LPM_MAX_QUEUE = 128
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits of one step and the waiting-queue policy."""
+
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    policy: SchedulingPolicy = "fcfs"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(
+                f"unsupported scheduling_policy {self.policy!r}; supported: " + ", ".join(POLICIES)
+            )
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(
+                f"max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}"
+            )
+
+
+@dataclass
+class ScheduledSequence:
+    """`num_tokens` tokens of `seq`, from its `num_computed_tokens` on, run this step."""
+
+    seq: Sequence
+    num_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's work, in batch order, and the sequences it preempted."""
+
+    scheduled: list[ScheduledSequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+
+class Scheduler:
+    """Holds the waiting and running sequences and picks each step's batch."""
+
+    def __init__(
+        self, config: SchedulerConfig, block_manager: BlockManager, metrics: EngineMetrics
+    ) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.metrics = metrics
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    @property
+    def has_unfinished(self) -> bool:
+        """Whether any sequence waits or runs."""
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence."""
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take a sequence out (finished, aborted or failed) and free its blocks."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.block_manager.free(seq)
+
+    def schedule(self) -> SchedulerOutput:
+        """Pick this step's sequences and token counts; reserve their blocks."""
+        output = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            num_tokens = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            target = seq.num_computed_tokens + num_tokens
+            while not self.block_manager.can_grow(seq, target):
+                victim = self._preemption_victim()
+                budget += self._preempt(victim, output)
+                if victim is seq:
+                    break
+            if seq.status is SequenceStatus.RUNNING:
+                self.block_manager.grow(seq, target)
+                output.scheduled.append(ScheduledSequence(seq, num_tokens))
+                budget -= num_tokens
+        if not output.preempted:
+            self._admit(output, budget)
+        return output
+
+    def _admit(self, output: SchedulerOutput, budget: int) -> None:
+        manager = self.block_manager
+        for seq in self._waiting_order():
+            if budget == 0 or len(self.running) >= self.config.max_num_seqs:
+                break
+            hit = manager.match_prefix(seq)
+            num_cached = len(hit) * manager.block_size
+            num_tokens = min(seq.num_tokens - num_cached, budget)
+            if not manager.can_allocate(hit, num_cached + num_tokens):
+                break
+            manager.allocate(seq, hit, num_cached + num_tokens)
+            if manager.enable_prefix_caching:
+                self.metrics.add_prefix_query(seq.num_tokens, seq.num_cached_tokens)
+            self.waiting.remove(seq)
+            self.running.append(seq)
+            seq.status = SequenceStatus.RUNNING
+            output.scheduled.append(ScheduledSequence(seq, num_tokens))
+            budget -= num_tokens
+
+    def _waiting_order(self) -> list[Sequence]:
+        policy = self.config.policy
+        if policy == "priority":
+            return sorted(self.waiting, key=lambda s: (s.priority, s.arrival_time, s.seq_id))
+        if policy == "lpm" and len(self.waiting) <= LPM_MAX_QUEUE:
+            hits = {s.seq_id: len(self.block_manager.match_prefix(s)) for s in self.waiting}
+            return sorted(self.waiting, key=lambda s: (-hits[s.seq_id], s.arrival_time, s.seq_id))
+        return list(self.waiting)
+
+    def _preemption_victim(self) -> Sequence:
+        if self.config.policy == "priority":
+            return max(self.running, key=lambda s: (s.priority, s.arrival_time, s.seq_id))
+        return self.running[-1]
+
+    def _preempt(self, seq: Sequence, output: SchedulerOutput) -> int:
+        """Send a running sequence back to the queue's front; the budget it gives back."""
+        returned = 0
+        for item in output.scheduled:
+            if item.seq is seq:
+                output.scheduled.remove(item)
+                returned = item.num_tokens
+                break
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        output.preempted.append(seq)
+        self.metrics.add_preemption()
+        return returned

@@ -1,0 +1,231 @@
+"""A request inside the engine: one `Sequence` per completion being generated, grouped by
+`Request` (a prompt with `n` completions).
+
+Why it exists: the scheduler, block manager and engine all need the same facts about a
+completion in flight (its tokens, how many of them are in the KV cache, its sampling and
+stop state, its timings) and the front ends need its progress as vLLM `RequestOutput`s,
+whole or as deltas. Both live here, so the other modules only move sequences around.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from vllm_tvm.runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from vllm_tvm.runtime.prefix_cache import BlockHash
+from vllm_tvm.runtime.sampler import SamplingContext, TokenLogprobs
+from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.stop_checker import StopChecker, TextDecoder
+
+OutputKind = Literal["cumulative", "delta", "final_only"]
+"""What each RequestOutput of a request carries (vLLM's RequestOutputKind): everything so
+far, only what is new since the previous one, or a single output when the request ends."""
+
+FINISH_ABORT = "abort"
+FINISH_ERROR = "error"
+
+_seq_ids = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    """Where a sequence is: queued (new or preempted), scheduled each step, or done."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class NoTextDecoder:
+    """The decoder of a request with `detokenize=False`: every token adds no text."""
+
+    def add(self, token_id: int) -> str:
+        """No text for any id."""
+        return ""
+
+    def flush(self) -> str:
+        """Nothing held back."""
+        return ""
+
+
+@dataclass
+class Sequence:
+    """One completion in flight.
+
+    `token_ids` is the prompt followed by the output so far; `num_computed_tokens` of them
+    have their keys and values in the KV cache (the last sampled token never has until the
+    next step computes it). `kv_id` names the sequence's KV sequence while it holds blocks.
+    """
+
+    request_id: str
+    index: int
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    sampling: SamplingContext
+    stops: StopChecker
+    decoder: TextDecoder
+    arrival_time: float
+    priority: int = 0
+    seq_id: int = field(default_factory=lambda: next(_seq_ids))
+    status: SequenceStatus = SequenceStatus.WAITING
+    token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    kv_id: int | None = None
+    block_hashes: list[BlockHash] = field(default_factory=list)
+    text: str = ""
+    logprobs: list[TokenLogprobs] | None = None
+    cumulative_logprob: float = 0.0
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    error: str | None = None
+    num_preemptions: int = 0
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finished_time: float | None = None
+    # What the previous delta output already carried.
+    sent_tokens: int = 0
+    sent_text: int = 0
+
+    def __post_init__(self) -> None:
+        self.token_ids = list(self.prompt_token_ids)
+        if self.params.logprobs is not None:
+            self.logprobs = []
+        if self.params.prompt_logprobs is not None:
+            self.prompt_logprobs = [None]
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens."""
+        return len(self.token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Prompt tokens."""
+        return len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """Tokens generated so far."""
+        return self.sampling.output_token_ids
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the sequence has stopped (for any reason)."""
+        return self.status is SequenceStatus.FINISHED
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """Whether prompt positions still need their logprobs computed."""
+        return self.prompt_logprobs is not None and len(self.prompt_logprobs) < len(
+            self.prompt_token_ids
+        )
+
+    def append_token(self, token_id: int, logprobs: TokenLogprobs | None, now: float) -> None:
+        """Record one sampled token: output, logprobs, stop state, streamed text."""
+        self.token_ids.append(token_id)
+        self.sampling.output_token_ids.append(token_id)
+        if self.logprobs is not None and logprobs is not None:
+            self.logprobs.append(logprobs)
+            self.cumulative_logprob += logprobs.logprob
+        if self.first_token_time is None:
+            self.first_token_time = now
+        self.last_token_time = now
+        step = self.stops.step(token_id, self.decoder)
+        self.text += step.text
+        if step.finished:
+            self.finish(step.finish_reason or "stop", step.stop_reason, now=now)
+
+    def finish(
+        self,
+        reason: str,
+        stop_reason: int | str | None = None,
+        error: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Mark the sequence done (the engine frees its blocks)."""
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason, self.stop_reason, self.error = reason, stop_reason, error
+        self.finished_time = time.perf_counter() if now is None else now
+
+    def completion(self, delta: bool) -> CompletionOutput:
+        """This sequence as a CompletionOutput: all so far, or what is new since the last
+        delta (which this call then marks as sent)."""
+        tokens_from, text_from = (self.sent_tokens, self.sent_text) if delta else (0, 0)
+        output = CompletionOutput(
+            index=self.index,
+            text=self.text[text_from:],
+            token_ids=self.output_token_ids[tokens_from:],
+            finish_reason=self.finish_reason,
+            stop_reason=self.stop_reason,
+            cumulative_logprob=self.cumulative_logprob if self.logprobs is not None else None,
+            logprobs=None if self.logprobs is None else self.logprobs[tokens_from:],
+        )
+        if delta:
+            self.sent_tokens, self.sent_text = len(self.output_token_ids), len(self.text)
+        return output
+
+
+@dataclass
+class Request:
+    """A prompt and its `n` sequences (children seeded seed, seed+1, ... when seeded)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    seqs: list[Sequence]
+    output_kind: OutputKind = "cumulative"
+    arrival_time: float = field(default_factory=time.perf_counter)
+    sent_prompt_logprobs: bool = False
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether every sequence has stopped."""
+        return all(seq.is_finished for seq in self.seqs)
+
+    @property
+    def error(self) -> str | None:
+        """The first failure among the sequences, if any."""
+        return next((seq.error for seq in self.seqs if seq.error is not None), None)
+
+    def make_output(self) -> RequestOutput | None:
+        """The output to hand out after a step that touched this request (None when its
+        kind says to wait for the end)."""
+        finished = self.is_finished
+        if self.output_kind == "final_only" and not finished:
+            return None
+        delta = self.output_kind == "delta"
+        prompt_logprobs = self.seqs[0].prompt_logprobs
+        if delta and self.sent_prompt_logprobs:
+            prompt_logprobs = None
+        self.sent_prompt_logprobs = True
+        return RequestOutput(
+            request_id=self.request_id,
+            prompt=self.prompt,
+            prompt_token_ids=self.prompt_token_ids,
+            outputs=[seq.completion(delta) for seq in self.seqs],
+            finished=finished,
+            metrics=self.metrics(),
+            prompt_logprobs=prompt_logprobs,
+            num_cached_tokens=self.seqs[0].num_cached_tokens,
+            error=self.error,
+        )
+
+    def metrics(self) -> RequestMetrics:
+        """Timings of the request (of its first sequence when n > 1)."""
+        seq = self.seqs[0]
+        metrics = RequestMetrics(arrival_time=self.arrival_time)
+        if seq.first_token_time is not None:
+            metrics.time_to_first_token = seq.first_token_time - self.arrival_time
+            if seq.first_scheduled_time is not None:
+                metrics.prefill_seconds = seq.first_token_time - seq.first_scheduled_time
+            if seq.last_token_time is not None:
+                metrics.decode_seconds = seq.last_token_time - seq.first_token_time
+            metrics.decode_tokens = max(len(seq.output_token_ids) - 1, 0)
+        metrics.finished_time = seq.finished_time
+        return metrics

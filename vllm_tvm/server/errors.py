@@ -1,0 +1,94 @@
+"""OpenAI-shaped error responses: `{"error": {"message", "type", "param", "code"}}`.
+
+Why it exists: OpenAI clients turn the status and this body into typed exceptions
+(BadRequestError, AuthenticationError, NotFoundError, ...), so every failure the server can
+produce, from a handler, from body validation, from routing or from a bug, must leave in this
+shape with the right status. Schema errors are 400 (not FastAPI's 422), as in vLLM; only an
+unexpected exception is a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+
+ERROR_TYPES = {
+    HTTPStatus.BAD_REQUEST: "BadRequestError",
+    HTTPStatus.UNAUTHORIZED: "AuthenticationError",
+    HTTPStatus.NOT_FOUND: "NotFoundError",
+    HTTPStatus.METHOD_NOT_ALLOWED: "MethodNotAllowedError",
+    HTTPStatus.INTERNAL_SERVER_ERROR: "InternalServerError",
+    HTTPStatus.SERVICE_UNAVAILABLE: "ServiceUnavailableError",
+}
+
+
+class APIError(Exception):
+    """A failure to report to the client with `status` and `message`."""
+
+    def __init__(
+        self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST, param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+
+
+def error_body(message: str, status: HTTPStatus, param: str | None = None) -> dict[str, Any]:
+    """The JSON body of an error response."""
+    kind = ERROR_TYPES.get(status, status.phrase.replace(" ", "") + "Error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": int(status)}}
+
+
+def error_response(
+    message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST, param: str | None = None
+) -> JSONResponse:
+    """An error response with the OpenAI body."""
+    return JSONResponse(error_body(message, status, param), status_code=int(status))
+
+
+def validation_message(err: RequestValidationError) -> str:
+    """One line per schema violation: where in the body, and what was wrong."""
+    lines = []
+    for item in err.errors():
+        where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+        lines.append(f"{where or 'body'}: {item.get('msg', 'invalid')}")
+    return "; ".join(lines) or "invalid request body"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every failure of `app` through `error_body`."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_request: Request, err: APIError) -> JSONResponse:
+        return error_response(err.message, err.status, err.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_request: Request, err: RequestValidationError) -> JSONResponse:
+        return error_response(validation_message(err), HTTPStatus.BAD_REQUEST)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        status = HTTPStatus(err.status_code)
+        message = (
+            f"route {request.method} {request.url.path} not found"
+            if status == HTTPStatus.NOT_FOUND
+            else str(err.detail)
+        )
+        return error_response(message, status)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, err: Exception) -> JSONResponse:
+        logger.exception("unexpected server error")
+        return error_response(
+            f"internal server error: {type(err).__name__}: {err}",
+            HTTPStatus.INTERNAL_SERVER_ERROR,
+        )

@@ -1,0 +1,272 @@
+"""One API call's requests on the engine: validated together, run together, their deltas
+merged into one stream and accumulated into per-choice state.
+
+Why it exists: a completion call may carry several prompts, each an engine request with `n`
+sequences, and both routes need the same life cycle around them: refuse the whole call
+before anything runs when one prompt or constraint is bad (400, never a half-started
+batch), register structured-output constraints under the engine request ids, stream the
+outputs of all requests as they come, and, when the client goes away or the call ends
+early for any reason, abort what still runs (freeing its KV blocks) and drop the
+constraints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+from starlette.types import Receive
+
+from vllm_tvm.runtime.async_engine import AsyncEngine
+from vllm_tvm.runtime.outputs import RequestOutput
+from vllm_tvm.runtime.sampler import TokenLogprobs
+from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.structured_output import StructuredOutputsParams
+from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
+from vllm_tvm.server.errors import APIError
+
+
+@dataclass
+class Prompt:
+    """A prompt as token ids, with its text when it came as text (for echo and logs)."""
+
+    token_ids: list[int]
+    text: str | None = None
+
+
+@dataclass
+class ChoiceState:
+    """Everything one choice (one sequence of one prompt) has produced so far."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class PromptState:
+    """One prompt's request: its choices, prompt logprobs and failure, if any."""
+
+    prompt: Prompt
+    choices: list[ChoiceState]
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
+    num_cached_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ChoiceDelta:
+    """What one engine output added to one choice."""
+
+    prompt_index: int
+    choice: ChoiceState
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs] | None
+    finished: bool
+    first: bool
+    """True for the first delta of this choice (echo and role headers go there)."""
+
+
+_DONE = object()
+
+SERVER_FAULTS = ("forward failed", "output processing failed")
+"""How the engine's messages for its own failures begin; any other failed request failed
+because of what it asked (its masks left no token to sample, e.g. min_tokens against a
+grammar that can only end)."""
+
+
+def failure_status(error: str) -> HTTPStatus:
+    """400 for a request that failed because of its own parameters, 500 for a server fault."""
+    if error.startswith(SERVER_FAULTS):
+        return HTTPStatus.INTERNAL_SERVER_ERROR
+    return HTTPStatus.BAD_REQUEST
+
+
+class Generation:
+    """The engine requests of one API call (see the module docstring).
+
+    Use `await Generation.start(...)` (raises APIError 400 when a prompt or parameter is
+    refused), then iterate `deltas()` or call `run_to_end()`, and always `aclose()`.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        constraints: GrammarConstraints,
+        request_ids: list[str],
+        prompts: list[Prompt],
+        params: SamplingParams,
+        priority: int,
+    ) -> None:
+        self._engine = engine
+        self._constraints = constraints
+        self.request_ids = request_ids
+        self.params = params
+        self._priority = priority
+        self.states = [
+            PromptState(p, [ChoiceState(i * params.n + j) for j in range(params.n)])
+            for i, p in enumerate(prompts)
+        ]
+        self._started: set[int] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def start(
+        cls,
+        engine: AsyncEngine,
+        constraints: GrammarConstraints,
+        request_id: str,
+        prompts: list[Prompt],
+        params: SamplingParams,
+        structured: StructuredOutputsParams | None,
+        priority: int = 0,
+        max_logprobs: int = -1,
+    ) -> Generation:
+        """Validate every prompt and the constraint, then register the constraint."""
+        if not prompts:
+            raise APIError("prompt must not be empty", param="prompt")
+        ids = (
+            [request_id]
+            if len(prompts) == 1
+            else [f"{request_id}-{i}" for i in range(len(prompts))]
+        )
+        vocab_size = engine.engine.runner.vocab_size
+        try:
+            params.verify_for_vocab(vocab_size, max_logprobs)
+            for prompt, rid in zip(prompts, ids, strict=True):
+                engine.engine.make_request(prompt.token_ids, params, rid, priority, "delta")
+        except (ValueError, TypeError) as err:
+            raise APIError(str(err)) from err
+        generation = cls(engine, constraints, ids, prompts, params, priority)
+        if structured is not None:
+            try:
+                for rid in ids:
+                    await asyncio.to_thread(constraints.register, rid, structured)
+            except ValueError as err:
+                generation.release()
+                raise APIError(str(err), param="structured_outputs") from err
+        return generation
+
+    def release(self) -> None:
+        """Drop the structured-output constraints of this call's requests."""
+        for rid in self.request_ids:
+            self._constraints.release(rid)
+
+    async def deltas(self) -> AsyncIterator[ChoiceDelta]:
+        """Each choice's progress as the engine reports it, all prompts merged."""
+        queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+        self._tasks = [
+            asyncio.create_task(self._pump(index, queue)) for index in range(len(self.states))
+        ]
+        remaining = len(self._tasks)
+        while remaining:
+            index, item = await queue.get()
+            if item is _DONE:
+                remaining -= 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, RequestOutput)
+            for delta in self._absorb(index, item):
+                yield delta
+
+    async def run_to_end(self) -> list[PromptState]:
+        """Run every request to its end; the accumulated states."""
+        async for _delta in self.deltas():
+            pass
+        return self.states
+
+    async def aclose(self) -> None:
+        """Abort whatever still runs and release the constraints (idempotent)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        self.release()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _pump(self, index: int, queue: asyncio.Queue[tuple[int, object]]) -> None:
+        prompt = self.states[index].prompt
+        stream = self._engine.generate(
+            prompt.token_ids, self.params, self.request_ids[index], self._priority, "delta"
+        )
+        try:
+            async for output in stream:
+                queue.put_nowait((index, output))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            queue.put_nowait((index, err))
+        finally:
+            await stream.aclose()
+            queue.put_nowait((index, _DONE))
+
+    def _absorb(self, index: int, output: RequestOutput) -> list[ChoiceDelta]:
+        state = self.states[index]
+        if output.prompt_logprobs is not None and state.prompt_logprobs is None:
+            state.prompt_logprobs = output.prompt_logprobs
+        state.num_cached_tokens = output.num_cached_tokens
+        if output.error is not None:
+            state.error = output.error
+        deltas = []
+        for completion in output.outputs:
+            choice = state.choices[completion.index]
+            if choice.finish_reason is not None:
+                continue
+            first = choice.index not in self._started
+            self._started.add(choice.index)
+            choice.text += completion.text
+            choice.token_ids.extend(completion.token_ids)
+            if completion.logprobs:
+                choice.logprobs.extend(completion.logprobs)
+            choice.finish_reason = completion.finish_reason
+            choice.stop_reason = completion.stop_reason
+            deltas.append(
+                ChoiceDelta(
+                    prompt_index=index,
+                    choice=choice,
+                    text=completion.text,
+                    token_ids=list(completion.token_ids),
+                    logprobs=completion.logprobs,
+                    finished=completion.finish_reason is not None,
+                    first=first,
+                )
+            )
+        return deltas
+
+
+async def until_disconnected(receive: Receive) -> None:
+    """Return once the ASGI `receive` channel reports that the client went away."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_unless_disconnected(
+    generation: Generation, receive: Receive
+) -> list[PromptState] | None:
+    """Run `generation` to its end; None (everything aborted) if the client leaves first."""
+    work = asyncio.create_task(generation.run_to_end())
+    watch = asyncio.create_task(until_disconnected(receive))
+    try:
+        done, _pending = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    if work not in done:
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return None
+    return work.result()

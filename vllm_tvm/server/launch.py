@@ -1,0 +1,122 @@
+"""Start a server from a `ServerConfig`: resolve the artifact (compiling on first use), build
+the engine, serve the app with uvicorn until SIGTERM/SIGINT, then stop the engine.
+
+Why it exists: the engine's life cycle belongs around the HTTP server, not inside the app:
+on SIGTERM uvicorn stops accepting connections and lets in-flight responses finish (for at
+most `GRACEFUL_SHUTDOWN_SECONDS`, after which the remaining streams are cancelled, which
+aborts their requests); only then is the engine thread stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from vllm_tvm.runtime.async_engine import AsyncEngine
+from vllm_tvm.runtime.engine import EngineArgs, LLMEngine
+from vllm_tvm.server.config import ServerConfig
+
+if TYPE_CHECKING:
+    import uvicorn
+
+logger = logging.getLogger("vllm_tvm.server")
+
+GRACEFUL_SHUTDOWN_SECONDS = 30
+SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""How long in-flight requests may run on after SIGTERM before they are aborted."""
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS = EngineArgs.max_num_batched_tokens
+
+
+def engine_args(config: ServerConfig, artifact: str | Path) -> EngineArgs:
+    """The engine's arguments from the server's settings."""
+    return EngineArgs(
+        model=config.model,
+        artifact=artifact,
+        device=config.device,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        block_size=config.block_size,
+        num_blocks=config.num_blocks,
+        kv_cache_memory=config.kv_cache_memory_bytes,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        enable_prefix_caching=config.enable_prefix_caching,
+        scheduling_policy=config.scheduling_policy,  # type: ignore[arg-type]
+        seed=config.seed,
+        show_progress=True,
+    )
+
+
+def build_engine(config: ServerConfig) -> AsyncEngine:
+    """Load (compiling on first use) the model and start the engine thread."""
+    from vllm_tvm.runtime.llm import resolve_artifact
+
+    artifact = (
+        Path(config.artifact)
+        if config.artifact is not None
+        else resolve_artifact(Path(config.model), config.device, config.dtype)
+    )
+    return AsyncEngine(LLMEngine.from_args(engine_args(config, artifact)))
+
+
+def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
+    """Serve until a shutdown signal (blocking). `sock` is an already bound socket to serve
+    on instead of `config.host`/`config.port`."""
+    import uvicorn
+
+    from vllm_tvm.server.app import build_app
+    from vllm_tvm.server.serving import ServingContext
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    engine = build_engine(config)
+    try:
+        app = build_app(ServingContext(engine, config))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=config.host,
+                port=config.port,
+                log_level=config.uvicorn_log_level,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+            )
+        )
+        logger.info(
+            "serving %s (max_model_len %d) on http://%s:%d",
+            config.model_name,
+            engine.engine.max_model_len,
+            config.host,
+            config.port,
+        )
+        with _exit_cleanly_on_signals(server):
+            server.run(sockets=[sock] if sock is not None else None)
+    finally:
+        engine.shutdown()
+
+
+@contextlib.contextmanager
+def _exit_cleanly_on_signals(server: uvicorn.Server) -> Iterator[None]:
+    """Around `server.run`: a SIGTERM/SIGINT asks the server to shut down gracefully, and
+    the one uvicorn re-raises after that shutdown ends `serve` normally (exit status 0, the
+    engine stopped) instead of killing the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_exit(_signum: int, _frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, request_exit) for sig in SHUTDOWN_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

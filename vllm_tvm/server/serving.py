@@ -1,0 +1,247 @@
+"""What every route handler needs, resolved once at startup: the engine, the tokenizer and
+its chat template, the parsers, the structured-output hook, the sampling defaults.
+
+Why it exists: handlers stay about their route's shapes when the shared steps (which model
+names are served, turning chat messages into a prompt, tokenizing, logging requests) live in
+one object built from the `ServerConfig` and the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from starlette.types import Receive
+
+from vllm_tvm.runtime.async_engine import AsyncEngine
+from vllm_tvm.runtime.generation_config import generation_defaults_from_checkpoint
+from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
+from vllm_tvm.runtime.tokenization import ChatTemplateError, Tokenizer
+from vllm_tvm.server.config import ServerConfig
+from vllm_tvm.server.errors import APIError
+from vllm_tvm.server.generation import (
+    Generation,
+    PromptState,
+    failure_status,
+    run_unless_disconnected,
+)
+from vllm_tvm.server.logprobs import TokenText
+from vllm_tvm.server.protocol import ChatMessage, Tool
+from vllm_tvm.server.reasoning_parsers import ReasoningParser, get_reasoning_parser
+from vllm_tvm.server.tool_parsers import ToolParser, get_tool_parser
+
+logger = logging.getLogger("vllm_tvm.server")
+
+NO_PARSER = "none"
+
+
+def read_chat_template(value: str | None) -> str | None:
+    """`--chat-template`: a file's text when `value` names a file, else `value` itself
+    (template text, or the name of a template the checkpoint ships)."""
+    if value is None:
+        return None
+    path = Path(value)
+    try:
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    except OSError:  # a template text too long to be a path
+        pass
+    return value
+
+
+def _flatten_content(index: int, content: object) -> object:
+    """Text content parts joined by newlines (how vLLM feeds string-content templates)."""
+    if not isinstance(content, list):
+        return content
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise APIError(
+                f"messages[{index}]: unsupported content part {kind!r}; supported: 'text'",
+                param="messages",
+            )
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _template_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls with their JSON-text arguments decoded, as chat templates expect."""
+    result = []
+    for call in calls:
+        call = dict(call)
+        function = call.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
+            try:
+                arguments = json.loads(function["arguments"])
+            except json.JSONDecodeError:
+                arguments = None
+            if isinstance(arguments, dict):
+                call["function"] = {**function, "arguments": arguments}
+        result.append(call)
+    return result
+
+
+def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Request messages as the dicts a chat template reads."""
+    result = []
+    for index, message in enumerate(messages):
+        item = message.model_dump(exclude_unset=True)
+        if "content" in item:
+            item["content"] = _flatten_content(index, item["content"])
+        if item.get("tool_calls"):
+            item["tool_calls"] = _template_tool_calls(item["tool_calls"])
+        result.append(item)
+    return result
+
+
+class ServingContext:
+    """The server's shared state over one `AsyncEngine` (see the module docstring).
+
+    `constraints` lets several servers share one engine (tests); by default a new
+    structured-output hook is made and added to the engine's logits hooks.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        config: ServerConfig,
+        constraints: GrammarConstraints | None = None,
+    ) -> None:
+        llm = engine.engine
+        self.engine = engine
+        self.config = config
+        self.tokenizer: Tokenizer = llm.tokenizer
+        self.max_model_len: int = llm.max_model_len
+        self.vocab_size: int = llm.runner.vocab_size
+        if constraints is None:
+            constraints = GrammarConstraints(self.tokenizer, self.vocab_size, llm.eos_token_ids)
+            llm.logits_hooks.append(constraints)
+        self.constraints = constraints
+        self.chat_template = read_chat_template(config.chat_template)
+        self.tool_parser: ToolParser = get_tool_parser(
+            config.tool_call_parser, self.chat_template or self.tokenizer.chat_template
+        )
+        self.reasoning_parser: ReasoningParser | None = (
+            None
+            if config.reasoning_parser in (None, NO_PARSER)
+            else get_reasoning_parser(config.reasoning_parser)
+        )
+        model_path = Path(config.model)
+        self.sampling_defaults = (
+            generation_defaults_from_checkpoint(model_path) if model_path.is_dir() else {}
+        )
+        self.token_text = TokenText(self.tokenizer)
+        self.created = int(time.time())
+
+    @property
+    def model_name(self) -> str:
+        """The model id responses carry."""
+        return self.config.model_name
+
+    def check_model(self, name: str | None) -> None:
+        """404 unless `name` is unset or one of the served names."""
+        if name is not None and name not in self.config.model_names:
+            raise APIError(
+                f"The model `{name}` does not exist; served: {', '.join(self.config.model_names)}",
+                HTTPStatus.NOT_FOUND,
+                param="model",
+            )
+
+    @staticmethod
+    def new_id(prefix: str) -> str:
+        """A fresh response id such as cmpl-<32 hex digits>."""
+        return f"{prefix}-{uuid.uuid4().hex}"
+
+    def template_kwargs(self, request_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Chat-template variables: --enable-thinking, then the request's own."""
+        kwargs: dict[str, Any] = {}
+        if self.config.enable_thinking is not None:
+            kwargs["enable_thinking"] = self.config.enable_thinking
+        kwargs.update(request_kwargs or {})
+        return kwargs
+
+    def render_chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[Tool] | None,
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        chat_template: str | None,
+        template_kwargs: Mapping[str, Any],
+        documents: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """The prompt text of a conversation; APIError 400 when the template refuses it."""
+        if not messages:
+            raise APIError("messages must not be empty", param="messages")
+        if continue_final_message and add_generation_prompt:
+            raise APIError(
+                "continue_final_message and add_generation_prompt cannot both be true",
+                param="continue_final_message",
+            )
+        chat = template_messages(messages)
+        tool_dicts = [tool.model_dump(exclude_none=True) for tool in tools] if tools else None
+        extra: dict[str, Any] = dict(template_kwargs)
+        if continue_final_message:
+            extra["continue_final_message"] = True
+        if documents is not None:
+            extra["documents"] = documents
+        try:
+            return self.tokenizer.apply_chat_template(
+                chat,
+                add_generation_prompt=add_generation_prompt,
+                tools=tool_dicts,
+                chat_template=chat_template or self.chat_template,
+                **extra,
+            )
+        except (ChatTemplateError, ValueError, TypeError) as err:
+            raise APIError(f"chat template failed: {err}", param="messages") from err
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        """Token ids of `text`."""
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def log_request(self, request_id: str, prompt: str | list[int], detail: object) -> None:
+        """Log an incoming request (--enable-log-requests), prompt cut to --max-log-len."""
+        if self.config.enable_log_requests:
+            shown = prompt if isinstance(prompt, str) else str(prompt)
+            logger.info(
+                "request %s: prompt %r, %s", request_id, shown[: self.config.max_log_len], detail
+            )
+
+    def log_outputs(self, generation: Generation) -> None:
+        """Log the outputs of each finished request of a call (--enable-log-outputs), cut to
+        --max-log-len."""
+        if not self.config.enable_log_outputs:
+            return
+        for request_id, state in zip(generation.request_ids, generation.states, strict=True):
+            shown = [choice.text[: self.config.max_log_len] for choice in state.choices]
+            finish = [str(choice.finish_reason) for choice in state.choices]
+            logger.info("request %s finished %s: %r", request_id, finish, shown)
+
+    async def run_to_end(
+        self, generation: Generation, receive: Receive
+    ) -> list[PromptState] | None:
+        """Run a call answered with one JSON body to its end, close it and log its outputs.
+
+        None when the client went away first (everything aborted); raises APIError (with the
+        status `failure_status` gives) when a request failed.
+        """
+        try:
+            states = await run_unless_disconnected(generation, receive)
+        finally:
+            await generation.aclose()
+        if states is None:
+            return None
+        self.log_outputs(generation)
+        errors = [state.error for state in states if state.error is not None]
+        if errors:
+            raise APIError(f"generation failed: {errors[0]}", failure_status(errors[0]))
+        return states

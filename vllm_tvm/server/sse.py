@@ -1,0 +1,66 @@
+"""Server-sent events: the `data: {json}` framing, and a streaming response that stops its
+producer the moment the client disconnects.
+
+Why it exists: a stream's producer owns engine requests; when the client goes away they must
+be aborted at once so their KV blocks are freed. Starlette only notices a disconnect when a
+write fails (ASGI 2.4 servers), which may be long after the client left if the engine is
+slow to produce the next token. This response watches the receive channel for the
+disconnect while it streams, and always closes the producer, which aborts its requests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from vllm_tvm.server.errors import error_body
+from vllm_tvm.server.generation import failure_status
+
+DONE = "data: [DONE]\n\n"
+
+
+def sse(payload: dict[str, Any]) -> str:
+    """One event carrying `payload` as JSON."""
+    return f"data: {json.dumps(payload, ensure_ascii=False, allow_nan=False)}\n\n"
+
+
+def sse_error(message: str, status: Any) -> str:
+    """An event carrying an OpenAI error body (for failures after the stream started)."""
+    return sse(error_body(message, status))
+
+
+def sse_generation_failed(error: str) -> str:
+    """The error event of a request that failed after its stream started, with the status
+    `failure_status` gives its `error`."""
+    return sse_error(f"generation failed: {error}", failure_status(error))
+
+
+class EventStreamResponse(StreamingResponse):
+    """`text/event-stream` over an async generator, closed as soon as the client leaves."""
+
+    def __init__(self, events: AsyncGenerator[str, None]) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def stream() -> None:
+                    try:
+                        await self.stream_response(send)
+                    except OSError:  # the client is gone: nothing more can be sent
+                        pass
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream)
+                await self.listen_for_disconnect(receive)
+                group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._events.aclose()
