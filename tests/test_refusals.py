@@ -84,7 +84,9 @@ def test_manifest_records_what_the_runtime_needs(tiny_model_dir) -> None:
     assert manifest.architecture == "Qwen2ForCausalLM"
     assert manifest.dtype == "float32"
     assert manifest.target_kind == "llvm"
-    assert {"embed", "prefill", "decode", "create_kv_cache", "_metadata"} <= set(manifest.functions)
+    assert {"embed", "prefill", "decode", "decode_single", "create_kv_cache", "_metadata"} <= set(
+        manifest.functions
+    )
     assert set(manifest.files) == {"model.so"}
     fused = next(p for p in manifest.params if p.name.endswith("layers.0.self_attn.qkv_proj.bias"))
     assert fused.sources == [

@@ -158,6 +158,13 @@ class LlamaForCausalLM(nn.Module):
         hidden = self.model(input_embed, kv_cache)
         return self._logits(hidden), kv_cache
 
+    def decode_single(
+        self, input_embed: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, PagedKVCache]:
+        """`decode` for exactly one sequence: static shapes let every projection be
+        scheduled as a plain GEMV (the batch-1 case is the latency-critical one)."""
+        return self.decode(input_embed, kv_cache)
+
     def create_kv_cache(
         self,
         max_batch_size: tirx.Var,
@@ -212,6 +219,11 @@ class LlamaForCausalLM(nn.Module):
             },
             "decode": {
                 "input_embed": nn.spec.Tensor(["batch_size", 1, hidden], self.dtype),
+                "kv_cache": kv,
+                "$": packed,
+            },
+            "decode_single": {
+                "input_embed": nn.spec.Tensor([1, 1, hidden], self.dtype),
                 "kv_cache": kv,
                 "$": packed,
             },

@@ -100,6 +100,12 @@ class ModelRunner:
         self._embed = self.vm["embed"]
         self._prefill = self.vm["prefill"]
         self._decode = self.vm["decode"]
+        # Artifacts from before `decode_single` existed run batch 1 through `decode`.
+        self._decode_single = (
+            self.vm["decode_single"]
+            if "decode_single" in self.manifest.functions
+            else self._decode
+        )
         self._tvm = tvm
 
     @property
@@ -159,6 +165,7 @@ class ModelRunner:
         batch = len(seq_ids)
         hidden = self._embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, [1] * batch)
-        logits, _ = self._decode(hidden, self.kv_cache.handle, self.params)
+        forward = self._decode_single if batch == 1 else self._decode
+        logits, _ = forward(hidden, self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
         return logits.numpy().reshape(batch, self.vocab_size)
