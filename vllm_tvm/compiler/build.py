@@ -8,6 +8,7 @@ are read by the runtime at load.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -32,6 +33,8 @@ from vllm_tvm.model_defs.registry import family_for
 from vllm_tvm.model_defs.weight_formats import NATIVE
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+CUDA_GRAPH_ENV = "VLLM_TVM_CUDA_GRAPH"
+"""`0` compiles CUDA artifacts without CUDA-graph capture (the plain path, for A/B runs)."""
 METADATA_FUNCTION = "_metadata"
 
 
@@ -44,6 +47,7 @@ class CompileRequest:
     target: TargetSpec
     dtype: str
     weight_formats: Mapping[str, str] = field(default_factory=dict, hash=False)
+    cuda_graph: bool = False
 
 
 def make_request(
@@ -68,7 +72,10 @@ def make_request(
             f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
     formats = plan_weight_formats(model_path, config, spec, resolved_dtype, weight_format)
-    return CompileRequest(model_path, spec, resolved_dtype, formats)
+    # Static-shape regions (all of `decode_single` between KV-cache calls) are captured into
+    # CUDA graphs at run time, removing per-kernel launch and VM overhead.
+    cuda_graph = spec.kind == "cuda" and os.environ.get(CUDA_GRAPH_ENV, "1") != "0"
+    return CompileRequest(model_path, spec, resolved_dtype, formats, cuda_graph)
 
 
 def _attach_metadata(mod: tvm.IRModule, metadata: dict) -> tvm.IRModule:
@@ -83,7 +90,9 @@ def cache_key_for(request: CompileRequest) -> str:
     """The content-addressed cache key of a request."""
     config = read_model_config(request.model_path)
     parsed = family_for(config).parse_config(config)
-    target = json.dumps(request.target.resolved_config(), sort_keys=True)
+    target = json.dumps(
+        {**request.target.resolved_config(), "cuda_graph": request.cuda_graph}, sort_keys=True
+    )
     return artifact_key(
         parsed.fingerprint(), target, request.dtype, tvm.__version__, request.weight_formats
     )
@@ -118,6 +127,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
         "model_config": model_config.to_dict(),
         "dtype": request.dtype,
         "target": request.target.name,
+        "cuda_graph": request.cuda_graph,
         "functions": functions,
         "params": [param.name for param in params],
     }
@@ -130,7 +140,11 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     # TVM 0.27's TIR common-subexpression pass emits a use-before-definition in the paged
     # KV cache's tree-attention kernel when llama3 RoPE is inlined there (seen compiling a
     # Llama-3.2-1B shape for sm_90a); nvcc and LLVM eliminate common subexpressions anyway.
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
+    build_config = {
+        "tirx.disable_cse_tir": True,
+        "relax.backend.use_cuda_graph": request.cuda_graph,
+    }
+    with tvm.transform.PassContext(config=build_config):
         executable = build_relax_module(
             mod, request.target, relax_pipeline=build_pipeline(target)
         )
