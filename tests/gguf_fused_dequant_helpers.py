@@ -30,8 +30,9 @@ TINY_CONFIG = dict(
     bos_token_id=1,
     eos_token_id=2,
 )
-# K-quant rows are 256-value super-blocks.
-K_QUANT_SIZES = dict(hidden_size=256, intermediate_size=256)
+# K-quant rows are 256-value super-blocks; two per row, because dlight's GPU GEMV declines a
+# row of one (its super-block index is then a constant).
+K_QUANT_SIZES = dict(hidden_size=512, intermediate_size=512)
 K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
 PROMPT = [5, 17, 33, 8, 61, 90, 3]
 
@@ -54,7 +55,28 @@ def write_quantized_llama(
         types if isinstance(types, dict) else {n: types for n, v in state.items() if v.ndim == 2}
     )
     conversion = convert(state, "llama", config, chosen, seed)
+    for tensor in conversion.tensors:
+        if tensor.qtype in K_QUANTS:
+            _shrink_super_block_scales(tensor.data, tensor.qtype)
     return write_gguf(path, "llama", model_metadata("llama", config), conversion.tensors)
+
+
+# Bytes per K-quant block, and offsets of its fp16 super-block scales (d, and dmin).
+_K_BLOCK_BYTES = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
+_K_SCALE_OFFSETS = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+K_SCALE_SHRINK = 1 / 16
+"""gguf_synth's random K-quant blocks give weights of magnitude up to ~10 that make a
+random model's activations explode; scaled down they keep its logits near 10, like the
+other files (the blocks stay valid: only the stored fp16 scales change)."""
+
+
+def _shrink_super_block_scales(rows: np.ndarray, qtype: Q) -> None:
+    """Multiply the fp16 super-block scales of K-quant rows (bytes) by K_SCALE_SHRINK."""
+    blocks = rows.reshape(-1, _K_BLOCK_BYTES[qtype])
+    for offset in _K_SCALE_OFFSETS[qtype]:
+        scales = blocks[:, offset : offset + 2].copy().view(np.float16)
+        shrunk = (scales.astype(np.float32) * K_SCALE_SHRINK).astype(np.float16)
+        blocks[:, offset : offset + 2] = shrunk.view(np.uint8)
 
 
 @dataclass
@@ -78,3 +100,18 @@ def greedy(artifact: Path, model: Path, steps: int, forced: list[int] | None = N
         rows.append(runner.decode([0], [fed])[0])
         tokens.append(int(np.argmax(rows[-1])))
     return GreedyRun(tokens, np.stack(rows))
+
+
+def batched_logits(artifact: Path, model: Path, prompts: list[list[int]], steps: int) -> np.ndarray:
+    """Logits of a ragged prefill of all `prompts` together, then of `steps` batched decode
+    steps feeding every sequence the fixed token `step + 3` (same inputs for any artifact)."""
+    runner = ModelRunner(
+        artifact, model, show_progress=False, max_model_len=128, max_batch_size=len(prompts)
+    )
+    seq_ids = list(range(len(prompts)))
+    for seq_id in seq_ids:
+        runner.kv_cache.add_sequence(seq_id)
+    rows = [runner.prefill(seq_ids, prompts)]
+    for step in range(steps):
+        rows.append(runner.decode(seq_ids, [step + 3] * len(seq_ids)))
+    return np.concatenate(rows)

@@ -1,11 +1,12 @@
 """GGUF weights kept quantized on the device (`--weight-format native`) against the plain path.
 
-For each fused type (Q8_0, Q4_0, Q4_1) a tiny llama file holds every matrix in that type.
-The `dequantized` arm (every weight dequantized to fp32 at load, the path that exists
-without this feature) is the oracle: the fused kernels must give the same logits within
-1e-4 and the same greedy tokens. The manifest must say which parameters are quantized, and
-a checkpoint stored differently must be refused before use. Repacked planes are checked
-against the `gguf` package's own dequantizer.
+For each fused type (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) a tiny llama file holds every
+matrix in that type. The `dequantized` arm (every weight dequantized to fp32 at load, the
+path that exists without this feature) is the oracle: the fused kernels must give the same
+logits within 1e-4 and the same greedy tokens. The
+manifest must say which parameters are quantized, and a checkpoint stored differently must
+be refused before use. Repacked planes are checked against the `gguf` package's own
+dequantizer.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from gguf_fused_dequant_helpers import greedy, tiny_config, write_quantized_llama
+from gguf_fused_dequant_helpers import (
+    K_QUANTS,
+    batched_logits,
+    greedy,
+    tiny_config,
+    write_quantized_llama,
+)
 
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.cli.main import build_parser
@@ -27,7 +34,7 @@ from vllm_tvm.runtime.gguf_weights import GGUFWeights
 from vllm_tvm.runtime.model_runner import ModelRunner
 from vllm_tvm.runtime.weights import WeightMismatchError
 
-FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1]
+FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, *K_QUANTS]
 STEPS = 8
 
 # Every weight a llama compiles: embedding, fused q/k/v and gate/up, o/down, lm_head.
@@ -57,6 +64,12 @@ def _artifact(model: Path, weight_format: str) -> Path:
     return compile_cached(make_request(model, weight_format=weight_format), show_progress=False)
 
 
+def _assert_logits_close(fused: np.ndarray, plain: np.ndarray) -> None:
+    """Equal within 1e-4 (logits of these files stay below 10): the same fp32 weights,
+    summed in another order."""
+    np.testing.assert_allclose(fused, plain, rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
 def test_native_keeps_every_linear_and_embedding_weight_quantized(
     files: dict[Q, Path], qtype: Q
@@ -70,7 +83,17 @@ def test_fused_logits_equal_the_dequantized_path(files: dict[Q, Path], qtype: Q)
     model = files[qtype]
     fused = greedy(_artifact(model, "native"), model, STEPS)
     plain = greedy(_artifact(model, "dequantized"), model, STEPS, forced=fused.tokens)
-    np.testing.assert_allclose(fused.logits, plain.logits, rtol=0, atol=1e-4)
+    _assert_logits_close(fused.logits, plain.logits)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q6_K], ids=lambda t: t.name)
+def test_fused_batched_decode_logits_equal_the_dequantized_path(
+    files: dict[Q, Path], qtype: Q
+) -> None:
+    model, prompts = files[qtype], [[5, 17, 33], [8, 61, 90, 3, 12], [40]]
+    fused = batched_logits(_artifact(model, "native"), model, prompts, steps=3)
+    plain = batched_logits(_artifact(model, "dequantized"), model, prompts, steps=3)
+    _assert_logits_close(fused, plain)
 
 
 @pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
@@ -88,7 +111,7 @@ def test_tied_embedding_table_serves_embed_and_logits_quantized(tmp_path: Path) 
     assert "lm_head.weight" not in request.weight_formats
     fused = greedy(_artifact(model, "native"), model, STEPS)
     plain = greedy(_artifact(model, "dequantized"), model, STEPS, forced=fused.tokens)
-    np.testing.assert_allclose(fused.logits, plain.logits, rtol=0, atol=1e-4)
+    _assert_logits_close(fused.logits, plain.logits)
     assert fused.tokens == [int(i) for i in np.argmax(plain.logits, axis=1)]
 
 
@@ -125,7 +148,8 @@ def test_weight_format_is_part_of_the_cache_key(files: dict[Q, Path]) -> None:
 
 
 def test_dequantized_arm_serves_files_of_any_type_with_one_artifact(files: dict[Q, Path]) -> None:
-    keys = {cache_key_for(make_request(f, weight_format="dequantized")) for f in files.values()}
+    same_config = [files[t] for t in (Q.Q8_0, Q.Q4_0, Q.Q4_1)]
+    keys = {cache_key_for(make_request(f, weight_format="dequantized")) for f in same_config}
     assert len(keys) == 1
 
 
@@ -179,21 +203,35 @@ def test_cli_weight_format_flag_defaults_to_native(command: str) -> None:
     assert flag.weight_format == "dequantized"
 
 
-def _decode_planes(planes: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
-    """The weight from its planes, by ggml's formulas, written independently of the loader:
-    int8 values, or value 8w + i in bits 4i..4i+3 of uint32 word w; fp16 scale d (and
-    min m) per 32 values."""
+def _fields(words: np.ndarray, width: int) -> np.ndarray:
+    """uint32 words [rows, n] -> their `width`-bit fields in order, lowest bits first."""
+    shifts = width * np.arange(32 // width, dtype=np.uint32)
+    fields = (words[:, :, None] >> shifts) & ((1 << width) - 1)
+    return fields.reshape(words.shape[0], -1).astype(np.float32)
+
+
+def _per(plane: np.ndarray, values: int) -> np.ndarray:
+    """A per-block plane spread over the `values` weights each element covers."""
+    return np.repeat(plane.astype(np.float32), values, axis=1)
+
+
+def _decode_planes(p: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
+    """The weight from its planes by ggml's formulas, written independently of the loader:
+    int8 values, or bit fields packed in value order into uint32 words (4-bit values, then
+    the 1 or 2 high bits of Q5_K / Q6_K); fp16 scale d (and min m) per 32 values; K-quants:
+    fp16 d (dmin) per 256 values times integer scales (mins) per 32 (Q6_K: 16)."""
     if qtype == Q.Q8_0:
-        q = planes["qs"].astype(np.float32)
-    else:
-        words = planes["qs"][:, :, None] >> (4 * np.arange(8, dtype=np.uint32))
-        q = (words & 15).reshape(planes["qs"].shape[0], -1).astype(np.float32)
-    d = np.repeat(planes["d"].astype(np.float32), 32, axis=1)
+        return _per(p["d"], 32) * p["qs"].astype(np.float32)
+    q = _fields(p["qs"], 4)
     if qtype == Q.Q4_0:
-        return d * (q - 8)
+        return _per(p["d"], 32) * (q - 8)
     if qtype == Q.Q4_1:
-        return d * q + np.repeat(planes["m"].astype(np.float32), 32, axis=1)
-    return d * q
+        return _per(p["d"], 32) * q + _per(p["m"], 32)
+    if qtype == Q.Q6_K:
+        return (_per(p["d"], 256) * _per(p["sc"], 16)) * (q + 16 * _fields(p["qh"], 2) - 32)
+    if qtype == Q.Q5_K:
+        q = q + 16 * _fields(p["qh"], 1)
+    return (_per(p["d"], 256) * _per(p["sc"], 32)) * q - _per(p["dmin"], 256) * _per(p["mn"], 32)
 
 
 @pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)

@@ -24,6 +24,6 @@ def add_weight_format_argument(parser: argparse.ArgumentParser) -> None:
         "--weight-format",
         choices=WEIGHT_FORMAT_MODES,
         default=NATIVE,
-        help="native: keep GGUF Q8_0/Q4_0/Q4_1 weights quantized on the device (dequantized "
-        "inside the matmul); dequantized: dequantize every weight at load",
+        help="native: keep GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights quantized on the device "
+        "(dequantized inside the matmul); dequantized: dequantize every weight at load",
     )
