@@ -11,29 +11,43 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
-from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.target import Target
 
 FEATURE_BLOCK = 16
 """Output features per parallel task: enough work per task, few tasks per step."""
 
 
+def match_nt_matmul(
+    func: tirx.PrimFunc, target: Target
+) -> tuple[s_tir.Schedule, list[SBlockInfo], SBlockInfo] | None:
+    """For an llvm function whose only reduction is an `nt_matmul` over its last iterator:
+    a fresh schedule, its normalised block infos and that reduction; None otherwise.
+
+    Shared by the plain and the quantized CPU matmul rules, which differ only after it."""
+    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        return None
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None
+    reductions = [info for info in infos if info.is_reduction()]
+    if len(reductions) != 1 or "nt_matmul" not in sch.get(reductions[0].block_rv).name_hint:
+        return None
+    kinds = [it.kind for it in reductions[0].iters]
+    if len(kinds) < 2 or kinds[-1] != "R" or "R" in kinds[:-1]:
+        return None
+    return sch, infos, reductions[0]
+
+
 class CPUNTMatmul(dl.ScheduleRule):
     """Parallel, cache-blocked schedule of a reduction over the last axis of both inputs."""
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool) -> s_tir.Schedule | None:
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        matched = match_nt_matmul(func, target)
+        if matched is None:
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
-        reductions = [info for info in infos if info.is_reduction()]
-        if len(reductions) != 1 or "nt_matmul" not in sch.get(reductions[0].block_rv).name_hint:
-            return None
-        info = reductions[0]
-        if [it.kind for it in info.iters][-1] != "R" or len(info.iters) < 2:
-            return None
+        sch, _, info = matched
         block = info.block_rv
         *spatial, reduce_loop = sch.get_loops(block)
         if len(spatial) != len(info.iters) - 1:

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
-from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.target import Target
 
 from vllm_tvm.model_defs.quant_linear import DEQUANTIZE_BLOCK
+from vllm_tvm.schedules.cpu_matmul import match_nt_matmul
 
 FEATURE_BLOCK = 16
 """Output features per parallel task (and rows of the dequantized tile)."""
@@ -47,21 +47,11 @@ class CPUQuantNTMatmul(dl.ScheduleRule):
     """Tile-dequantize, rfactor-vectorised schedule of a quantized NT matmul on CPU."""
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool) -> s_tir.Schedule | None:
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        matched = match_nt_matmul(func, target)
+        if matched is None:
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
-        names = [sch.get(info.block_rv).name_hint for info in infos]
-        reductions = [info for info in infos if info.is_reduction()]
-        if DEQUANTIZE_BLOCK not in names or len(reductions) != 1:
-            return None
-        info = reductions[0]
-        if "nt_matmul" not in sch.get(info.block_rv).name_hint:
-            return None
-        kinds = [it.kind for it in info.iters]
-        if len(kinds) < 2 or kinds[-1] != "R" or "R" in kinds[:-1]:
+        sch, infos, info = matched
+        if DEQUANTIZE_BLOCK not in [sch.get(block.block_rv).name_hint for block in infos]:
             return None
         return _schedule(sch, info.block_rv, sch.get_sblock(DEQUANTIZE_BLOCK))
 

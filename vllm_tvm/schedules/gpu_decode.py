@@ -17,7 +17,7 @@ from tvm.target import Target
 
 
 def _decode_rows(func: tirx.PrimFunc) -> str | None:
-    """"one" when the first input is [1, 1, k], "few" for [symbolic batch, 1, k], else None."""
+    """ "one" when the first input is [1, 1, k], "few" for [symbolic batch, 1, k], else None."""
     if not func.params:
         return None
     buffer_type = getattr(func.params[0], "ty", None)
