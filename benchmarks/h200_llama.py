@@ -5,9 +5,14 @@ Weights are made on the GPU by transformers (`from_config`, bf16, its own init) 
 our runtime through DLPack in manifest order (fused q/k/v and gate/up concatenated by torch),
 so no checkpoint file is written. Speed does not depend on weight values.
 
+With several `--artifact`s (e.g. `--gemm cublaslt` and `--gemm tir` builds of one model) each
+is measured in turn on the same weights, in the same run. `--gemm-bench` times the cuBLASLt
+extension against torch.matmul on the model's projection shapes.
+
 usage (on the GPU box, artifacts and the runtime bundle built elsewhere):
-  PYTHONPATH=.device/tvm_bundle:. python3 benchmarks/h200_llama.py --artifact A --config C
-      [--check] [--bench] [--batches 1,32,64] [--out FILE.json]
+  PYTHONPATH=.device/tvm_bundle:. python3 benchmarks/h200_llama.py --artifact A [B ...]
+      --config C [--check] [--bench] [--gemm-bench] [--batches 1,32,64]
+      [--decode-context 128] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -114,9 +119,9 @@ def check(runner, oracle, vocab: int, report: dict) -> None:
     print("prefill", report["check"], flush=True)
 
 
-def profile_decode(runner: ModelRunner, batch: int, report: dict) -> None:
-    """Per-function device time of one decode step (each call synchronised: slower overall,
-    but it says where the time goes)."""
+def profile(runner: ModelRunner, name: str, step, report: dict) -> None:
+    """Per-function device time of `step()` (each VM call synchronised: slower overall, but
+    it says where the time goes)."""
     import collections
 
     spent: dict[str, float] = collections.defaultdict(float)
@@ -132,17 +137,96 @@ def profile_decode(runner: ModelRunner, batch: int, report: dict) -> None:
             calls[name] += 1
         return 0
 
+    runner.vm.set_instrument(instrument)
+    step()
+    runner.vm.set_instrument(None)
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:14]
+    report[f"profile_{name}"] = {k: [round(v * 1e3, 3), calls[k]] for k, v in top}
+    print(f"profile {name} (ms, calls):", report[f"profile_{name}"], flush=True)
+
+
+def profile_decode(runner: ModelRunner, batch: int, context: int, report: dict) -> None:
     ids = list(range(5000, 5000 + batch))
     for sid in ids:
         runner.kv_cache.add_sequence(sid)
-    runner.prefill(ids, [[7] * 64 for _ in ids])
-    runner.vm.set_instrument(instrument)
-    runner.decode(ids, [1] * batch)
+    prefill_in_chunks(runner, ids, [[7] * context for _ in ids])
+    profile(
+        runner, f"decode_b{batch}_ctx{context}", lambda: runner.decode(ids, [1] * batch), report
+    )
     for sid in ids:
         runner.kv_cache.remove_sequence(sid)
-    top = sorted(spent.items(), key=lambda kv: -kv[1])[:12]
-    report[f"profile_decode_b{batch}"] = {k: [round(v * 1e3, 3), calls[k]] for k, v in top}
-    print(f"profile decode b{batch} (ms, calls):", report[f"profile_decode_b{batch}"], flush=True)
+
+
+def profile_prefill(runner: ModelRunner, length: int, report: dict) -> None:
+    runner.kv_cache.add_sequence(6000)
+    profile(runner, f"prefill_{length}", lambda: runner.prefill([6000], [[7] * length]), report)
+    runner.kv_cache.remove_sequence(6000)
+
+
+def prefill_in_chunks(runner: ModelRunner, ids: list[int], prompts: list[list[int]]) -> None:
+    """Prefill whole prompts, as many per call as fit the runner's prefill chunk."""
+    limit = runner.kv_config.prefill_chunk_size
+    start = 0
+    while start < len(ids):
+        end, total = start, 0
+        while end < len(ids) and total + len(prompts[end]) <= limit:
+            total += len(prompts[end])
+            end += 1
+        runner.prefill(ids[start:end], prompts[start:end])
+        start = end
+
+
+def gemm_bench(tvm_module, config: dict, report: dict) -> None:
+    """cuBLASLt extension vs torch.matmul (x @ w.T) on the model's projection shapes, bf16;
+    TFLOP/s from CUDA events over 20 calls, and the largest relative difference."""
+    import tvm_ffi
+
+    gemm = tvm_ffi.get_global_func("vllm_tvm.cublaslt.gemm_nt")
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    shapes = {
+        "qkv": ((heads + 2 * kv_heads) * head_dim, hidden),
+        "o": (hidden, heads * head_dim),
+        "gate_up": (2 * inter, hidden),
+        "down": (hidden, inter),
+    }
+    rows = {}
+    for m in (1024, 256, 64, 16):
+        for label, (n, k) in shapes.items():
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            tx, tw, tout = (tvm_module.runtime.from_dlpack(t) for t in (x, w, out))
+
+            def ours(tx=tx, tw=tw, tout=tout):
+                gemm(tx, tw, tout)
+
+            def theirs(x=x, w=w):
+                torch.matmul(x, w.t())
+
+            ours()
+            diff = float((out.float() - torch.matmul(x, w.t()).float()).abs().max())
+            scale = float(torch.matmul(x, w.t()).float().abs().max())
+            result = {"max_rel_diff": diff / scale}
+            for name, fn in (("cublaslt_ext", ours), ("torch", theirs)):
+                for _ in range(3):
+                    fn()
+                begin, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                begin.record()
+                for _ in range(20):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+                seconds = begin.elapsed_time(end) / 1e3 / 20
+                result[f"{name}_tflops"] = round(2 * m * n * k / seconds / 1e12, 1)
+            result["ratio"] = round(result["cublaslt_ext_tflops"] / result["torch_tflops"], 3)
+            rows[f"m{m}_{label}_n{n}_k{k}"] = result
+            print("gemm", f"m{m}_{label}_n{n}_k{k}", result, flush=True)
+    report["gemm_bench"] = rows
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -156,7 +240,7 @@ def timed(fn, repeat: int) -> list[float]:
     return times
 
 
-def bench(runner: ModelRunner, oracle, vocab: int, batches: list[int], report: dict) -> None:
+def bench(runner: ModelRunner, vocab: int, batches: list[int], context: int, report: dict) -> None:
     rng = np.random.default_rng(2)
     # TTFT for a 1,024-token prompt (prefill + first logits on the host).
     prompt = rng.integers(100, vocab - 100, size=1024).tolist()
@@ -172,14 +256,13 @@ def bench(runner: ModelRunner, oracle, vocab: int, batches: list[int], report: d
     ttft = timed(prefill_once, 5)
     report["ttft_1024_ms_median"] = statistics.median(ttft) * 1e3
     print("ttft@1024 ms", report["ttft_1024_ms_median"], flush=True)
-    # Decode: batch of b sequences after a 128-token prompt each; time 64 steps.
+    # Decode: batch of b sequences after a `context`-token prompt each; time 64 steps.
     for b in batches:
         ids = list(range(1000, 1000 + b))
-        prompts = [rng.integers(100, vocab - 100, size=128).tolist() for _ in ids]
+        prompts = [rng.integers(100, vocab - 100, size=context).tolist() for _ in ids]
         for sid in ids:
             runner.kv_cache.add_sequence(sid)
-        for start in range(0, b, 8):
-            runner.prefill(ids[start : start + 8], prompts[start : start + 8])
+        prefill_in_chunks(runner, ids, prompts)
         tokens = [1] * b
         runner.decode(ids, tokens)
         steps = 64
@@ -190,12 +273,42 @@ def bench(runner: ModelRunner, oracle, vocab: int, batches: list[int], report: d
         elapsed = time.perf_counter() - start
         for sid in ids:
             runner.kv_cache.remove_sequence(sid)
-        report[f"decode_b{b}_tok_s"] = b * steps / elapsed
-        report[f"decode_b{b}_ms_per_step"] = elapsed / steps * 1e3
+        report[f"decode_b{b}_ctx{context}_tok_s"] = b * steps / elapsed
+        report[f"decode_b{b}_ctx{context}_ms_per_step"] = elapsed / steps * 1e3
         print(
-            f"decode b{b}: {b * steps / elapsed:.1f} tok/s, {elapsed / steps * 1e3:.2f} ms/step",
+            f"decode b{b} ctx{context}: {b * steps / elapsed:.1f} tok/s, "
+            f"{elapsed / steps * 1e3:.2f} ms/step",
             flush=True,
         )
+
+
+def attention_bench(config: dict, report: dict) -> None:
+    """torch SDPA (flash backend) on one layer's attention shapes, to read our profile's
+    attention kernels against: causal prefill of 1,024 tokens, and decode of 64 sequences
+    over 1,024 cached tokens each."""
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    cases = {
+        "prefill_1024": (1, 1024, 1024, True),
+        "decode_b64_ctx1024": (64, 1, 1024, False),
+    }
+    for label, (batch, q_len, kv_len, causal) in cases.items():
+        q = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(batch, kv_heads, kv_len, head_dim, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+
+        def sdpa(q=q, k=k, v=v, causal=causal):
+            torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, enable_gqa=True
+            )
+
+        seconds = statistics.median(timed(sdpa, 20))
+        report[f"torch_sdpa_{label}_ms_per_layer"] = round(seconds * 1e3, 4)
+        print(f"torch sdpa {label}: {seconds * 1e3:.4f} ms per layer", flush=True)
+
+
+def bench_hf_eager(oracle, vocab: int, report: dict) -> None:
+    rng = np.random.default_rng(3)
     # Same-run baseline: HF transformers eager (no torch.compile), b1 decode after 128 tokens.
     prompt = torch.tensor([rng.integers(100, vocab - 100, size=128).tolist()], device="cuda")
     with torch.no_grad():
@@ -225,39 +338,57 @@ def bench(runner: ModelRunner, oracle, vocab: int, batches: list[int], report: d
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--artifact", type=Path, required=True)
+    parser.add_argument("--artifact", type=Path, nargs="+", required=True)
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--bench", action="store_true")
+    parser.add_argument("--gemm-bench", action="store_true")
+    parser.add_argument("--hf", action="store_true", help="also time HF eager b1 decode")
     parser.add_argument("--batches", default="1,32,64")
+    parser.add_argument("--decode-context", type=int, default=128)
+    parser.add_argument("--profile-batches", default="1")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from vllm_tvm.runtime.tvm_runtime import load_runtime
 
     tvm = load_runtime(require_cuda=True)
-    report: dict = {"artifact": str(args.artifact), "gpu": torch.cuda.get_device_name()}
+    report: dict = {"gpu": torch.cuda.get_device_name(), "runs": {}}
     oracle = make_oracle(args.config)
-    params, _torch_tensors = dlpack_params(args.artifact, oracle, tvm)
-    batches = [int(b) for b in args.batches.split(",")]
-    start = time.perf_counter()
-    runner = ModelRunner(
-        args.artifact,
-        None,
-        device="cuda",
-        max_model_len=args.max_model_len,
-        max_batch_size=max([*batches, 4]),
-        prefill_chunk_size=2048,
-        params=params,
-        show_progress=False,
-    )
-    report["runner_start_s"] = time.perf_counter() - start
     vocab = oracle.config.vocab_size
-    if args.check:
-        check(runner, oracle, vocab, report)
-    if args.bench:
-        bench(runner, oracle, vocab, batches, report)
-        profile_decode(runner, 1, report)
+    batches = [int(b) for b in args.batches.split(",")]
+    for artifact in args.artifact:
+        run: dict = {}
+        report["runs"][str(artifact)] = run
+        params, _torch_tensors = dlpack_params(artifact, oracle, tvm)
+        start = time.perf_counter()
+        runner = ModelRunner(
+            artifact,
+            None,
+            device="cuda",
+            max_model_len=args.max_model_len,
+            max_batch_size=max([*batches, 4]),
+            max_total_seq_len=max(batches) * (args.decode_context + 128) + 4096,
+            prefill_chunk_size=2048,
+            params=params,
+            show_progress=False,
+        )
+        run["runner_start_s"] = time.perf_counter() - start
+        if args.check:
+            check(runner, oracle, vocab, run)
+        if args.bench:
+            bench(runner, vocab, batches, args.decode_context, run)
+            profile_prefill(runner, 1024, run)
+            for b in (int(b) for b in args.profile_batches.split(",")):
+                profile_decode(runner, b, args.decode_context, run)
+        if args.gemm_bench and "cublaslt_gemm.so" in runner.manifest.extensions:
+            gemm_bench(tvm, oracle.config.to_dict(), run)
+            args.gemm_bench = False
+        del runner, params, _torch_tensors
+        torch.cuda.empty_cache()
+    if args.hf:
+        bench_hf_eager(oracle, vocab, report)
+        attention_bench(oracle.config.to_dict(), report)
     print(json.dumps(report))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))

@@ -29,3 +29,19 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
         return made[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def cuda_artifact(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama compiled for sm_90a in bf16 with `vllm-tvm compile` (needs nvcc)."""
+    import shutil
+
+    from vllm_tvm.cli.main import main as cli_main
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc on PATH")
+    output = tmp_path_factory.mktemp("cuda") / "artifact"
+    arguments = ["compile", str(tiny_model_dir("llama")), "--target", "cuda"]
+    code = cli_main([*arguments, "--dtype", "bfloat16", "--output", str(output)])
+    assert code == 0
+    return output

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from vllm_tvm.artifacts.manifest import read_manifest
-from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.compiler.cuda_build import (
     embedded_cuda_archs,
     library_embeds_cuda_binary,
@@ -16,25 +15,6 @@ from vllm_tvm.compiler.cuda_build import (
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
-
-
-@pytest.fixture(scope="module")
-def cuda_artifact(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("cuda") / "artifact"
-    code = cli_main(
-        [
-            "compile",
-            str(tiny_model_dir("llama")),
-            "--target",
-            "cuda",
-            "--dtype",
-            "bfloat16",
-            "--output",
-            str(output),
-        ]
-    )
-    assert code == 0
-    return output
 
 
 def test_cuda_artifact_library_carries_an_sm90a_cubin(cuda_artifact: Path) -> None:

@@ -58,6 +58,8 @@ class Manifest:
     functions: list[str]
     params: list[ParamEntry]
     files: dict[str, str] = field(default_factory=dict)
+    extensions: list[str] = field(default_factory=list)
+    """Native extensions (files in the artifact) to load before the library; see kernels/."""
     weights_reference: str | None = None
     compile_seconds: float | None = None
     schema_version: int = SCHEMA_VERSION

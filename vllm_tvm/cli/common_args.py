@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from vllm_tvm.compiler.gemm_dispatch import GEMM_BACKENDS
 from vllm_tvm.model_defs.weight_formats import NATIVE, WEIGHT_FORMAT_MODES
 
 
@@ -26,4 +27,15 @@ def add_weight_format_argument(parser: argparse.ArgumentParser) -> None:
         default=NATIVE,
         help="native: keep GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights quantized on the device "
         "(dequantized inside the matmul); dequantized: dequantize every weight at load",
+    )
+
+
+def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--gemm` (default `auto`: cuBLASLt for 16-bit floats on CUDA, TIR elsewhere)."""
+    parser.add_argument(
+        "--gemm",
+        choices=("auto", *GEMM_BACKENDS),
+        default="auto",
+        help="matmuls with a run-time row count (prefill, batched decode): cublaslt (CUDA, "
+        "float16/bfloat16) or tir (TVM kernels only); auto picks cublaslt where it applies",
     )

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
+from vllm_tvm.cli.common_args import (
+    add_dtype_argument,
+    add_gemm_argument,
+    add_weight_format_argument,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -22,6 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_dtype_argument(parser)
     add_weight_format_argument(parser)
+    add_gemm_argument(parser)
     parser.add_argument(
         "--output",
         type=Path,
@@ -34,7 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vllm_tvm.compiler.build import compile_cached, compile_model, make_request
 
-    request = make_request(args.model, args.target, args.dtype, args.weight_format)
+    request = make_request(args.model, args.target, args.dtype, args.weight_format, args.gemm)
     if args.output is None:
         artifact = compile_cached(request)
     else:

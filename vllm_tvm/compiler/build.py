@@ -24,9 +24,16 @@ import vllm_tvm
 from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, write_manifest
 from vllm_tvm.compiler.cuda_build import build_relax_module, export
+from vllm_tvm.compiler.gemm_dispatch import (
+    CUBLASLT,
+    GEMM_BACKENDS,
+    TIR,
+    dispatch_gemms_to_cublaslt,
+)
 from vllm_tvm.compiler.pipeline import build_pipeline
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
 from vllm_tvm.compiler.weight_plan import param_entry, plan_weight_formats
+from vllm_tvm.kernels.cublaslt import EXTENSION_NAME, build_cublaslt_extension
 from vllm_tvm.model_defs.checkpoint import checkpoint_dtype, is_gguf, read_model_config
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
 from vllm_tvm.model_defs.registry import family_for
@@ -48,15 +55,22 @@ class CompileRequest:
     dtype: str
     weight_formats: Mapping[str, str] = field(default_factory=dict, hash=False)
     cuda_graph: bool = False
+    gemm: str = TIR
 
 
 def make_request(
-    model: str | Path, target: str = "llvm", dtype: str = "auto", weight_format: str = NATIVE
+    model: str | Path,
+    target: str = "llvm",
+    dtype: str = "auto",
+    weight_format: str = NATIVE,
+    gemm: str = "auto",
 ) -> CompileRequest:
     """Validate user-facing compile options (target name, dtype, weight format) into a request.
 
     `weight_format`: `native` keeps the GGUF weights of a supported quant type quantized on
-    the device, `dequantized` stores every weight as a float array.
+    the device, `dequantized` stores every weight as a float array. `gemm`: `cublaslt` runs
+    float16/bfloat16 matmuls with a run-time row count through cuBLASLt (CUDA only), `tir`
+    keeps every matmul a TIR kernel, `auto` is `cublaslt` where it applies.
     """
     model_path = Path(model)
     config = read_model_config(model_path)
@@ -72,10 +86,26 @@ def make_request(
             f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
     formats = plan_weight_formats(model_path, config, spec, resolved_dtype, weight_format)
+    resolved_gemm = _resolve_gemm(gemm, spec, resolved_dtype)
     # Static-shape regions (all of `decode_single` between KV-cache calls) are captured into
     # CUDA graphs at run time, removing per-kernel launch and VM overhead.
     cuda_graph = spec.kind == "cuda" and os.environ.get(CUDA_GRAPH_ENV, "1") != "0"
-    return CompileRequest(model_path, spec, resolved_dtype, formats, cuda_graph)
+    return CompileRequest(model_path, spec, resolved_dtype, formats, cuda_graph, resolved_gemm)
+
+
+def _resolve_gemm(gemm: str, spec: TargetSpec, dtype: str) -> str:
+    """`auto` -> cublaslt on CUDA for 16-bit floats, else tir; cublaslt elsewhere is refused."""
+    if gemm not in ("auto", *GEMM_BACKENDS):
+        raise ValueError(f"unsupported gemm '{gemm}'; supported: auto, " + ", ".join(GEMM_BACKENDS))
+    applies = spec.kind == "cuda" and dtype in ("float16", "bfloat16")
+    if gemm == CUBLASLT and not applies:
+        raise ValueError(
+            f"gemm 'cublaslt' needs a cuda target and dtype float16 or bfloat16; "
+            f"got target '{spec.name}' and dtype '{dtype}'"
+        )
+    if gemm == "auto":
+        return CUBLASLT if applies else TIR
+    return gemm
 
 
 def _attach_metadata(mod: tvm.IRModule, metadata: dict) -> tvm.IRModule:
@@ -91,7 +121,12 @@ def cache_key_for(request: CompileRequest) -> str:
     config = read_model_config(request.model_path)
     parsed = family_for(config).parse_config(config)
     target = json.dumps(
-        {**request.target.resolved_config(), "cuda_graph": request.cuda_graph}, sort_keys=True
+        {
+            **request.target.resolved_config(),
+            "cuda_graph": request.cuda_graph,
+            "gemm": request.gemm,
+        },
+        sort_keys=True,
     )
     return artifact_key(
         parsed.fingerprint(), target, request.dtype, tvm.__version__, request.weight_formats
@@ -121,6 +156,11 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
         )
         for name, param in named_params
     ]
+    extensions: list[str] = []
+    if request.gemm == CUBLASLT:
+        mod, rewritten = dispatch_gemms_to_cublaslt(mod)
+        if rewritten:
+            extensions.append(EXTENSION_NAME)
     functions = [*model.export_spec().keys(), METADATA_FUNCTION]
     metadata = {
         "architecture": model_config.architecture,
@@ -128,6 +168,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
         "dtype": request.dtype,
         "target": request.target.name,
         "cuda_graph": request.cuda_graph,
+        "gemm": request.gemm,
         "functions": functions,
         "params": [param.name for param in params],
     }
@@ -145,9 +186,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
         "relax.backend.use_cuda_graph": request.cuda_graph,
     }
     with tvm.transform.PassContext(config=build_config):
-        executable = build_relax_module(
-            mod, request.target, relax_pipeline=build_pipeline(target)
-        )
+        executable = build_relax_module(mod, request.target, relax_pipeline=build_pipeline(target))
     stages.update()
 
     stages.set_postfix_str("write artifact")
@@ -156,6 +195,8 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=output_dir.parent))
     try:
         export(executable, staging / LIBRARY_NAME, request.target)
+        if extensions:
+            build_cublaslt_extension(staging / EXTENSION_NAME)
         manifest = Manifest(
             architecture=model_config.architecture,
             config_hash=model_config.fingerprint(),
@@ -167,6 +208,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
             vllm_tvm_version=vllm_tvm.__version__,
             functions=functions,
             params=params,
+            extensions=extensions,
             weights_reference=str(request.model_path.resolve()),
             compile_seconds=round(time.perf_counter() - started, 2),
         )

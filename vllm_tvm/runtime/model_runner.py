@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
+from vllm_tvm.kernels import load_artifact_extensions
 from vllm_tvm.runtime.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
 from vllm_tvm.runtime.weights import load_params, open_weights
 
@@ -70,6 +71,7 @@ class ModelRunner:
                 f"which cannot run on device '{device}'"
             )
         self.device = _tvm_device(device)
+        load_artifact_extensions(artifact_dir, self.manifest.extensions, self.device)
         library = tvm.runtime.load_module(str(artifact_dir / LIBRARY_NAME))
         self.vm = tvm.runtime.vm.VirtualMachine(library, self.device)
         if params is not None and len(params) != len(self.manifest.params):
@@ -102,9 +104,7 @@ class ModelRunner:
         self._decode = self.vm["decode"]
         # Artifacts from before `decode_single` existed run batch 1 through `decode`.
         self._decode_single = (
-            self.vm["decode_single"]
-            if "decode_single" in self.manifest.functions
-            else self._decode
+            self.vm["decode_single"] if "decode_single" in self.manifest.functions else self._decode
         )
         self._tvm = tvm
 
