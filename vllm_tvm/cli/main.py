@@ -6,9 +6,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from vllm_tvm.cli import bundle_cmd, compile_cmd, generate_cmd, serve_cmd, tokenize_cmd
+from vllm_tvm.cli import (
+    bench_cmd,
+    bundle_cmd,
+    compile_cmd,
+    generate_cmd,
+    serve_cmd,
+    tokenize_cmd,
+)
 
-SUBCOMMANDS = (compile_cmd, generate_cmd, serve_cmd, tokenize_cmd, bundle_cmd)
+SUBCOMMANDS = (compile_cmd, generate_cmd, serve_cmd, bench_cmd, tokenize_cmd, bundle_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,10 @@ last of a prompt, one decode for those computing the single token they sampled l
 samples every sequence whose tokens are all computed, applies the stop rules, frees what
 finished, and returns the outputs.
 
+An engine built without a tokenizer (`EngineArgs.skip_tokenizer_init`, for benchmarks)
+takes token-id prompts only and produces no text, as vLLM does; text prompts and stop
+strings, which cannot work without one, are refused when added.
+
 A request that fails (its sampling masks the whole vocabulary, its forward raises) finishes
 with reason "error" and frees its blocks; the other requests carry on. Admission follows
 vLLM: a prompt at or past `max_model_len` is refused when added, naming both lengths, so
@@ -74,7 +78,7 @@ class LLMEngine:
     def __init__(
         self,
         runner: ModelRunner,
-        tokenizer: Tokenizer,
+        tokenizer: Tokenizer | None,
         eos_token_ids: list[int],
         cache_config: CacheConfig,
         scheduler_config: SchedulerConfig,
@@ -83,7 +87,8 @@ class LLMEngine:
         seed: int | None = None,
     ) -> None:
         """Drive `runner`, whose KV cache must hold `cache_config`'s pool, `max_num_seqs`
-        sequences per forward and a prefill chunk of the step's token budget."""
+        sequences per forward and a prefill chunk of the step's token budget. `tokenizer`
+        None: token-id prompts only, no text in the outputs."""
         kv = runner.kv_config
         if kv.prefill_chunk_size < scheduler_config.max_num_batched_tokens:
             raise ValueError(
@@ -110,7 +115,9 @@ class LLMEngine:
         self.block_manager = BlockManager(runner.kv_cache, cache_config)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, self.metrics)
         self.sampler = Sampler(logprobs_mode=logprobs_mode, eos_token_ids=eos_token_ids, seed=seed)
-        self._decode_tables = DecodeTables.from_tokenizer(tokenizer)
+        self._decode_tables = (
+            DecodeTables.from_tokenizer(tokenizer) if tokenizer is not None else None
+        )
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []
         self._request_counter = itertools.count()
@@ -151,8 +158,10 @@ class LLMEngine:
         """Validate and tokenize a request without queuing it (safe from any thread).
 
         Raises PromptTooLongError for a prompt at or past `max_model_len` (or empty) and
-        ValueError for parameters the model cannot honour.
+        ValueError for parameters the model cannot honour (or that need a missing tokenizer).
         """
+        if self.tokenizer is None:
+            _check_without_tokenizer(prompt, params)
         text, prompt_ids = (
             (prompt, self.tokenizer.encode(prompt))
             if isinstance(prompt, str)
@@ -191,8 +200,11 @@ class LLMEngine:
                 seed=None if params.seed is None else params.seed + index,
                 prompt_logprobs=params.prompt_logprobs if index == 0 else None,
             )
+        tokenizer = self.tokenizer
         context = SamplingContext.for_request(
-            params, prompt_ids, encode=lambda text: self.tokenizer.encode(text, False)
+            params,
+            prompt_ids,
+            encode=None if tokenizer is None else lambda text: tokenizer.encode(text, False),
         )
         stops = StopChecker(
             prompt_len=len(prompt_ids),
@@ -207,12 +219,12 @@ class LLMEngine:
         )
         decoder = (
             IncrementalDetokenizer(
-                self.tokenizer,
+                tokenizer,
                 skip_special_tokens=params.skip_special_tokens,
                 prompt_token_ids=prompt_ids,
                 tables=self._decode_tables,
             )
-            if params.detokenize
+            if params.detokenize and tokenizer is not None
             else NoTextDecoder()
         )
         return Sequence(
@@ -402,6 +414,20 @@ class LLMEngine:
             seq.finished_time - seq.arrival_time,
             decode,
             len(seq.output_token_ids),
+        )
+
+
+def _check_without_tokenizer(prompt: PromptInput, params: SamplingParams) -> None:
+    """Refuse what an engine without a tokenizer cannot honour: text in, stop strings."""
+    if isinstance(prompt, str):
+        raise ValueError(
+            "a text prompt needs a tokenizer, but this engine was built with "
+            "skip_tokenizer_init: pass the prompt as token ids"
+        )
+    if params.stop:
+        raise ValueError(
+            f"stop strings {params.stop!r} need a tokenizer, but this engine was built with "
+            "skip_tokenizer_init: use stop_token_ids"
         )
 
 

@@ -7,6 +7,11 @@ on the device before free memory can be measured, the pool must be sized before 
 serving length can be checked or fitted against it, and the step's token budget cannot
 exceed the prefill chunk the KV cache was made with. Every front end (LLM, server,
 benchmarks) builds engines through here.
+
+Two options serve benchmarks (vLLM's names): `load_format="dummy"` makes random weights of
+the artifact's shapes on the device instead of reading the checkpoint, and
+`skip_tokenizer_init` builds the engine without a tokenizer (token-id prompts only, no
+text). Together they need nothing from the model directory but config.json.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.runtime.cache_config import (
     DEFAULT_BLOCK_SIZE,
     CacheConfig,
@@ -22,7 +28,9 @@ from vllm_tvm.runtime.cache_config import (
     measure_device_memory,
     resolve_num_blocks,
 )
+from vllm_tvm.runtime.dummy_weights import make_dummy_params
 from vllm_tvm.runtime.generation_config import stop_token_ids_from_checkpoint
+from vllm_tvm.runtime.load_format import AUTO, DUMMY, check_load_format
 from vllm_tvm.runtime.model_runner import ModelRunner
 from vllm_tvm.runtime.sampling_params import LogprobsMode, check_logprobs_mode
 from vllm_tvm.runtime.scheduler import SchedulerConfig, SchedulingPolicy
@@ -45,7 +53,9 @@ class EngineArgs:
     The KV pool is `num_blocks` x `block_size` tokens, or sized from `kv_cache_memory`
     bytes, or from `gpu_memory_utilization` (the fraction of the device this process may
     use, measured after the weights are loaded); at most one of the three. `max_model_len`
-    None fits the model's length to the pool.
+    None fits the model's length to the pool. `load_format` is one of load_format.LOAD_FORMATS
+    (`dummy` weights are seeded by `seed`, 0 when None); `skip_tokenizer_init` loads no
+    tokenizer.
     """
 
     model: str | Path
@@ -63,6 +73,8 @@ class EngineArgs:
     logprobs_mode: LogprobsMode = "raw_logprobs"
     seed: int | None = None
     show_progress: bool = True
+    load_format: str = AUTO
+    skip_tokenizer_init: bool = False
 
 
 @dataclass
@@ -70,7 +82,7 @@ class EngineParts:
     """A loaded model and the settled configuration of an engine over it."""
 
     runner: ModelRunner
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | None
     eos_token_ids: list[int]
     cache_config: CacheConfig
     scheduler_config: SchedulerConfig
@@ -86,8 +98,19 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     )
     check_block_size(args.block_size)
     check_logprobs_mode(args.logprobs_mode)
+    check_load_format(args.load_format)
     model_path = Path(args.model)
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = None if args.skip_tokenizer_init else load_tokenizer(model_path)
+    params = (
+        make_dummy_params(
+            read_manifest(Path(args.artifact)).params,
+            args.device,
+            seed=args.seed or 0,
+            show_progress=args.show_progress,
+        )
+        if args.load_format == DUMMY
+        else None
+    )
     checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
     runner = ModelRunner(
         args.artifact,
@@ -98,6 +121,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
         prefill_chunk_size=args.max_num_batched_tokens,
         show_progress=args.show_progress,
         max_total_seq_len=args.block_size,  # a placeholder until the pool is sized
+        params=params,
     )
     num_blocks = resolve_num_blocks(
         block_size=args.block_size,
@@ -114,7 +138,9 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     return EngineParts(
         runner=runner,
         tokenizer=tokenizer,
-        eos_token_ids=merged_eos_ids(tokenizer.eos_token_ids, checkpoint_ids),
+        eos_token_ids=merged_eos_ids(
+            tokenizer.eos_token_ids if tokenizer is not None else [], checkpoint_ids
+        ),
         cache_config=cache_config,
         scheduler_config=replace(scheduler_config, max_num_batched_tokens=budget),
         max_model_len=max_model_len,

@@ -1,0 +1,145 @@
+"""`run_benchmark`: one engine, one warmup, one measured level per concurrency.
+
+Why it exists: the order is part of what the numbers mean. Everything that is not serving
+(compiling, loading, making and tokenizing prompts, sizing the pool, a warmup request)
+happens before the first clock starts; then each level runs on the same engine with its
+prefix cache emptied.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vllm_tvm.artifacts.manifest import Manifest, read_manifest
+from vllm_tvm.benchmarking.config import BenchConfig, check_fits
+from vllm_tvm.benchmarking.engine_setup import (
+    default_num_blocks,
+    load_bench_engine,
+    resolve_bench_artifact,
+)
+from vllm_tvm.benchmarking.metrics import LevelMetrics, summarize_level
+from vllm_tvm.benchmarking.report import BenchReport, host, versions
+from vllm_tvm.benchmarking.runner import (
+    WARMUP_OUTPUT_LEN,
+    WARMUP_PROMPT_LEN,
+    bench_sampling_params,
+    run_level,
+    warm_up,
+)
+from vllm_tvm.benchmarking.workload import Workload, build_workload, random_prompt_ids
+from vllm_tvm.runtime.engine import LLMEngine
+
+LevelCallback = Callable[[LevelMetrics], None]
+
+
+def run_benchmark(config: BenchConfig, on_level: LevelCallback | None = None) -> BenchReport:
+    """Run the sweep of `config`; `on_level` is called with each level as it completes.
+
+    Raises ValueError (or FileNotFoundError) naming the bad value before anything loads when
+    an option cannot work, and after loading when the prompts do not fit the engine's
+    serving length.
+    """
+    config.validate()
+    started = time.perf_counter()
+    artifact = resolve_bench_artifact(config)
+    compiled = time.perf_counter()
+    manifest = read_manifest(artifact)
+    workload = _workload(config, manifest)
+    if config.max_model_len is not None:
+        check_fits(workload.max_prompt_len, config.output_len, config.max_model_len)
+    num_blocks = config.num_blocks or default_num_blocks(config, workload.max_prompt_len)
+    prepared = time.perf_counter()
+    engine = load_bench_engine(config, artifact, num_blocks)
+    loaded = time.perf_counter()
+    check_fits(workload.max_prompt_len, config.output_len, engine.max_model_len)
+
+    warmup_len = min(WARMUP_PROMPT_LEN, workload.max_prompt_len)
+    warmup_prompt = random_prompt_ids(1, warmup_len, engine.runner.vocab_size, config.seed + 1)[0]
+    warm_up(
+        engine,
+        warmup_prompt,
+        bench_sampling_params(min(WARMUP_OUTPUT_LEN, config.output_len)),
+    )
+    warmed = time.perf_counter()
+
+    params = bench_sampling_params(config.output_len, config.temperature)
+    report = BenchReport(
+        conditions=_conditions(config, manifest, artifact, engine, workload, warmup_len),
+        setup_seconds={
+            "compile_or_resolve": round(compiled - started, 3),
+            "workload": round(prepared - compiled, 3),
+            "load": round(loaded - prepared, 3),
+            "warmup": round(warmed - loaded, 3),
+        },
+    )
+    for concurrency in config.concurrency:
+        prompts = workload.prompts[: config.prompts_for(concurrency)]
+        run = run_level(engine, prompts, concurrency, params)
+        level = summarize_level(run.concurrency, run.timings, run.duration)
+        report.levels.append(level)
+        if on_level is not None:
+            on_level(level)
+    return report
+
+
+def _workload(config: BenchConfig, manifest: Manifest) -> Workload:
+    """Every prompt the sweep sends (the longest level's count), made and tokenized now."""
+    tokenizer = None
+    if config.needs_tokenizer:
+        from vllm_tvm.runtime.tokenization import load_tokenizer
+
+        tokenizer = load_tokenizer(config.model)
+    count = max(config.prompts_for(concurrency) for concurrency in config.concurrency)
+    return build_workload(config, count, int(manifest.model_config["vocab_size"]), tokenizer)
+
+
+def _conditions(
+    config: BenchConfig,
+    manifest: Manifest,
+    artifact: Path,
+    engine: LLMEngine,
+    workload: Workload,
+    warmup_len: int,
+) -> dict[str, Any]:
+    """Everything a reader needs to reproduce or compare the numbers."""
+    machine = host()
+    device_name = engine.runner.device.device_name if config.device == "cuda" else machine["cpu"]
+    return {
+        "model": str(config.model),
+        "model_name": Path(config.model).name,
+        "architecture": manifest.architecture,
+        "load_format": config.load_format,
+        "device": config.device,
+        "device_name": device_name,
+        "dtype": manifest.dtype,
+        "weight_format": config.weight_format,
+        "target": manifest.target,
+        "artifact": str(artifact),
+        "workload": workload.source,
+        "input_len": config.input_len,
+        "output_len": config.output_len,
+        "max_prompt_len": workload.max_prompt_len,
+        "concurrency": list(config.concurrency),
+        "num_prompts": [config.prompts_for(c) for c in config.concurrency],
+        "pretokenize": config.pretokenize,
+        "pretokenize_mode": config.pretokenize_mode,
+        "tokenizer_loaded": engine.tokenizer is not None,
+        "temperature": config.temperature,
+        "ignore_eos": True,
+        "seed": config.seed,
+        "max_model_len": engine.max_model_len,
+        "max_num_seqs": engine.scheduler_config.max_num_seqs,
+        "max_num_batched_tokens": engine.scheduler_config.max_num_batched_tokens,
+        "block_size": engine.cache_config.block_size,
+        "num_blocks": engine.cache_config.num_blocks,
+        "prefix_caching": engine.cache_config.enable_prefix_caching,
+        "warmup": {
+            "prompt_len": warmup_len,
+            "output_len": min(WARMUP_OUTPUT_LEN, config.output_len),
+        },
+        "host": machine,
+        "versions": versions(),
+    }

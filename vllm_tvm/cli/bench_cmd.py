@@ -1,0 +1,175 @@
+"""`vllm-tvm bench`: engine throughput and latency at a sweep of concurrencies.
+
+The flags of the reference harness `vllm-bench` (--model, --dataset-path, --num-prompts,
+--input-len, --output-len, --concurrency, --max-num-batched-tokens, --num-blocks) with
+vLLM's `--load-format dummy` for random weights. Prompts are tokenized before timing unless
+VLLM_TVM_BENCH_PRETOKENIZE=0. Prints one table row per level as it completes and where the
+JSON report and the plot went.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vllm_tvm.benchmarking.config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_INPUT_LEN,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_OUTPUT_LEN,
+    PRETOKENIZE_ENV,
+)
+from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
+from vllm_tvm.runtime.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.runtime.load_format import AUTO, LOAD_FORMATS
+
+DEVICES = ("cpu", "cuda")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure throughput and latency at several concurrencies",
+        description="Run fixed-length requests through the engine with C in flight for each "
+        "concurrency C; report tokens/s, TTFT, TPOT and ITL per level. Prompts are tokenized "
+        f"before timing ({PRETOKENIZE_ENV}=0: sent as text, tokenized inside the timing).",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="HF model directory or .gguf file (default: the embedded "
+        f"{DEFAULT_MODEL_NAME}); with --load-format dummy a directory with config.json only",
+    )
+    parser.add_argument(
+        "--artifact", type=Path, default=None, help="prebuilt artifact (default: compile)"
+    )
+    parser.add_argument(
+        "--load-format",
+        choices=LOAD_FORMATS,
+        default=AUTO,
+        help="auto: the checkpoint's weights; dummy: random weights made on the device",
+    )
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
+    add_dtype_argument(parser)
+    add_weight_format_argument(parser)
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="serving length (default: the model's, cut to the KV pool)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_CONCURRENCY),
+        help="requests in flight, one level per value (default: "
+        + " ".join(map(str, DEFAULT_CONCURRENCY))
+        + ")",
+    )
+    parser.add_argument(
+        "--num-prompts", type=int, default=None, help="requests per level (default: 2 x C)"
+    )
+    parser.add_argument(
+        "--input-len",
+        type=int,
+        default=DEFAULT_INPUT_LEN,
+        help=f"prompt tokens (default {DEFAULT_INPUT_LEN}; a dataset's prompts are cut to it)",
+    )
+    parser.add_argument(
+        "--output-len",
+        type=int,
+        default=DEFAULT_OUTPUT_LEN,
+        help=f"tokens generated per request, EOS ignored (default {DEFAULT_OUTPUT_LEN})",
+    )
+    parser.add_argument(
+        "--dataset-path",
+        type=Path,
+        default=None,
+        help="prompts from a text file (one per line) or JSONL ('prompt' or 'text'); "
+        "default: random token ids",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        help=f"per-step token budget (default {DEFAULT_MAX_NUM_BATCHED_TOKENS})",
+    )
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=None, help="sequences per step (default: max C)"
+    )
+    parser.add_argument(
+        "--num-blocks",
+        type=int,
+        default=None,
+        help="KV pool in blocks of 32 tokens (default: every request of the largest level "
+        "at full length)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="prompts, weights, sampling (0)")
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)"
+    )
+    parser.add_argument("--output-json", type=Path, default=None, help="write the JSON report")
+    parser.add_argument(
+        "--plot", type=Path, default=None, help="write throughput/latency plots (PNG)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vllm_tvm.benchmarking import (
+        BenchConfig,
+        LevelMetrics,
+        run_benchmark,
+    )
+    from vllm_tvm.benchmarking.plots import MissingPlotDependencyError, require_matplotlib
+    from vllm_tvm.benchmarking.report import table_header, table_row
+    from vllm_tvm.runtime.default_model import default_model_path
+
+    if args.plot is not None:
+        try:
+            require_matplotlib()
+        except MissingPlotDependencyError as err:
+            raise ValueError(f"--plot: {err}") from err
+    config = BenchConfig(
+        model=args.model if args.model is not None else default_model_path(),
+        concurrency=tuple(args.concurrency),
+        input_len=args.input_len,
+        output_len=args.output_len,
+        num_prompts=args.num_prompts,
+        device=args.device,
+        dtype=args.dtype,
+        weight_format=args.weight_format,
+        artifact=args.artifact,
+        load_format=args.load_format,
+        max_model_len=args.max_model_len,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        num_blocks=args.num_blocks,
+        dataset_path=args.dataset_path,
+        seed=args.seed,
+        temperature=args.temperature,
+    )
+    config.validate()
+    print(
+        f"bench {Path(config.model).name} on {config.device} ({config.load_format} weights), "
+        f"in {config.input_len} / out {config.output_len} tokens, {config.pretokenize_mode}",
+        flush=True,
+    )
+    header_printed = False
+
+    def print_level(level: LevelMetrics) -> None:
+        nonlocal header_printed
+        if not header_printed:
+            print(table_header(), flush=True)
+            header_printed = True
+        print(table_row(level), flush=True)
+
+    report = run_benchmark(config, on_level=print_level)
+    if args.output_json is not None:
+        print(f"JSON report: {report.write_json(args.output_json)}")
+    if args.plot is not None:
+        from vllm_tvm.benchmarking.plots import write_plot
+
+        print(f"plot: {write_plot(report, args.plot)}")
+    return 0
