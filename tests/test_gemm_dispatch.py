@@ -19,8 +19,9 @@ import tvm
 import tvm_ffi
 
 from vllm_tvm.artifacts.manifest import read_manifest, sha256_of_file
+from vllm_tvm.compiler.backends import GEMM_CUBLASLT, GEMM_TIR
 from vllm_tvm.compiler.build import make_request
-from vllm_tvm.compiler.gemm_dispatch import CUBLASLT, TIR, dispatch_gemms_to_cublaslt
+from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_to_cublaslt
 from vllm_tvm.kernels import cublaslt
 from vllm_tvm.model_defs.registry import family_for
 
@@ -70,10 +71,10 @@ def test_float32_models_are_left_alone(tiny_model_dir) -> None:
 
 def test_gemm_auto_means_cublaslt_for_16_bit_cuda_and_tir_elsewhere(tiny_model_dir) -> None:
     model = tiny_model_dir("llama")
-    assert make_request(model, "cuda", "bfloat16").gemm == CUBLASLT
-    assert make_request(model, "cuda", "float32").gemm == TIR
-    assert make_request(model, "llvm", "float32").gemm == TIR
-    assert make_request(model, "cuda", "bfloat16", gemm="tir").gemm == TIR
+    assert make_request(model, "cuda", "bfloat16").gemm == GEMM_CUBLASLT
+    assert make_request(model, "cuda", "float32").gemm == GEMM_TIR
+    assert make_request(model, "llvm", "float32").gemm == GEMM_TIR
+    assert make_request(model, "cuda", "bfloat16", gemm="tir").gemm == GEMM_TIR
 
 
 def test_cublaslt_on_a_cpu_target_is_refused_by_name(tiny_model_dir) -> None:

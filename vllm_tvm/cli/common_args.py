@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from vllm_tvm.compiler.gemm_dispatch import GEMM_BACKENDS
+from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_TIR, GEMM_BACKENDS
 from vllm_tvm.model_defs.weight_formats import NATIVE, WEIGHT_FORMAT_MODES
 
 
@@ -38,4 +38,15 @@ def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="matmuls with a run-time row count (prefill, batched decode): cublaslt (CUDA, "
         "float16/bfloat16) or tir (TVM kernels only); auto picks cublaslt where it applies",
+    )
+
+
+def add_attention_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--attention` (default `tir`; `flashinfer` needs its JIT installed)."""
+    parser.add_argument(
+        "--attention",
+        choices=ATTENTION_BACKENDS,
+        default=ATTENTION_TIR,
+        help="paged-attention kernels: tir (TVM's, no extra packages) or flashinfer (CUDA, "
+        "float16/bfloat16; compiled ahead of time, see scripts/install_flashinfer.sh)",
     )

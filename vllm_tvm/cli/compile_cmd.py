@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from vllm_tvm.cli.common_args import (
+    add_attention_argument,
     add_dtype_argument,
     add_gemm_argument,
     add_weight_format_argument,
@@ -27,6 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_dtype_argument(parser)
     add_weight_format_argument(parser)
     add_gemm_argument(parser)
+    add_attention_argument(parser)
     parser.add_argument(
         "--output",
         type=Path,
@@ -39,7 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vllm_tvm.compiler.build import compile_cached, compile_model, make_request
 
-    request = make_request(args.model, args.target, args.dtype, args.weight_format, args.gemm)
+    request = make_request(
+        args.model, args.target, args.dtype, args.weight_format, args.gemm, args.attention
+    )
     if args.output is None:
         artifact = compile_cached(request)
     else:

@@ -7,6 +7,7 @@ are read by the runtime at load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,13 +24,20 @@ from tvm import relax
 import vllm_tvm
 from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, write_manifest
-from vllm_tvm.compiler.cuda_build import build_relax_module, export
-from vllm_tvm.compiler.gemm_dispatch import (
-    CUBLASLT,
-    GEMM_BACKENDS,
-    TIR,
-    dispatch_gemms_to_cublaslt,
+from vllm_tvm.compiler.attention import (
+    cudart_link_options,
+    flashinfer_build_environment,
+    resolve_attention,
 )
+from vllm_tvm.compiler.backends import (
+    ATTENTION_FLASHINFER,
+    ATTENTION_TIR,
+    GEMM_BACKENDS,
+    GEMM_CUBLASLT,
+    GEMM_TIR,
+)
+from vllm_tvm.compiler.cuda_build import build_libcuda_stub, build_relax_module, export
+from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_to_cublaslt
 from vllm_tvm.compiler.pipeline import build_pipeline
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
 from vllm_tvm.compiler.weight_plan import param_entry, plan_weight_formats
@@ -55,7 +63,8 @@ class CompileRequest:
     dtype: str
     weight_formats: Mapping[str, str] = field(default_factory=dict, hash=False)
     cuda_graph: bool = False
-    gemm: str = TIR
+    gemm: str = GEMM_TIR
+    attention: str = ATTENTION_TIR
 
 
 def make_request(
@@ -64,13 +73,15 @@ def make_request(
     dtype: str = "auto",
     weight_format: str = NATIVE,
     gemm: str = "auto",
+    attention: str = ATTENTION_TIR,
 ) -> CompileRequest:
     """Validate user-facing compile options (target name, dtype, weight format) into a request.
 
     `weight_format`: `native` keeps the GGUF weights of a supported quant type quantized on
     the device, `dequantized` stores every weight as a float array. `gemm`: `cublaslt` runs
     float16/bfloat16 matmuls with a run-time row count through cuBLASLt (CUDA only), `tir`
-    keeps every matmul a TIR kernel, `auto` is `cublaslt` where it applies.
+    keeps every matmul a TIR kernel, `auto` is `cublaslt` where it applies. `attention`:
+    `tir` or `flashinfer` (compiler/attention.py).
     """
     model_path = Path(model)
     config = read_model_config(model_path)
@@ -87,10 +98,13 @@ def make_request(
         )
     formats = plan_weight_formats(model_path, config, spec, resolved_dtype, weight_format)
     resolved_gemm = _resolve_gemm(gemm, spec, resolved_dtype)
+    resolved_attention = resolve_attention(attention, spec.kind, resolved_dtype)
     # Static-shape regions (all of `decode_single` between KV-cache calls) are captured into
     # CUDA graphs at run time, removing per-kernel launch and VM overhead.
     cuda_graph = spec.kind == "cuda" and os.environ.get(CUDA_GRAPH_ENV, "1") != "0"
-    return CompileRequest(model_path, spec, resolved_dtype, formats, cuda_graph, resolved_gemm)
+    return CompileRequest(
+        model_path, spec, resolved_dtype, formats, cuda_graph, resolved_gemm, resolved_attention
+    )
 
 
 def _resolve_gemm(gemm: str, spec: TargetSpec, dtype: str) -> str:
@@ -98,13 +112,13 @@ def _resolve_gemm(gemm: str, spec: TargetSpec, dtype: str) -> str:
     if gemm not in ("auto", *GEMM_BACKENDS):
         raise ValueError(f"unsupported gemm '{gemm}'; supported: auto, " + ", ".join(GEMM_BACKENDS))
     applies = spec.kind == "cuda" and dtype in ("float16", "bfloat16")
-    if gemm == CUBLASLT and not applies:
+    if gemm == GEMM_CUBLASLT and not applies:
         raise ValueError(
             f"gemm 'cublaslt' needs a cuda target and dtype float16 or bfloat16; "
             f"got target '{spec.name}' and dtype '{dtype}'"
         )
     if gemm == "auto":
-        return CUBLASLT if applies else TIR
+        return GEMM_CUBLASLT if applies else GEMM_TIR
     return gemm
 
 
@@ -116,6 +130,13 @@ def _attach_metadata(mod: tvm.IRModule, metadata: dict) -> tvm.IRModule:
     return builder.get()
 
 
+def _attention_build_environment(request: CompileRequest):
+    """FlashInfer's JIT environment when the request uses it; otherwise nothing."""
+    if request.attention != ATTENTION_FLASHINFER:
+        return contextlib.nullcontext()
+    return flashinfer_build_environment(request.target.arch, build_libcuda_stub())
+
+
 def cache_key_for(request: CompileRequest) -> str:
     """The content-addressed cache key of a request."""
     config = read_model_config(request.model_path)
@@ -125,6 +146,7 @@ def cache_key_for(request: CompileRequest) -> str:
             **request.target.resolved_config(),
             "cuda_graph": request.cuda_graph,
             "gemm": request.gemm,
+            "attention": request.attention,
         },
         sort_keys=True,
     )
@@ -143,9 +165,15 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
 
     stages.set_postfix_str("export")
     target = request.target.make_target()
-    model = family.build_model(model_config, request.dtype, target)
+    model = family.build_model(model_config, request.dtype, target, attention=request.attention)
     apply_weight_formats(model, request.weight_formats)
-    mod, named_params = model.export_tvm(spec=model.export_spec())
+    with _attention_build_environment(request):
+        mod, named_params = model.export_tvm(spec=model.export_spec())
+    link_options: list[str] = []
+    if model.kv_cache_extern_mods:
+        existing = list(mod.attrs["external_mods"]) if "external_mods" in mod.attrs else []
+        mod = mod.with_attr("external_mods", [*existing, *model.kv_cache_extern_mods])
+        link_options = cudart_link_options()
     params = [
         param_entry(
             name,
@@ -157,7 +185,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
         for name, param in named_params
     ]
     extensions: list[str] = []
-    if request.gemm == CUBLASLT:
+    if request.gemm == GEMM_CUBLASLT:
         mod, rewritten = dispatch_gemms_to_cublaslt(mod)
         if rewritten:
             extensions.append(EXTENSION_NAME)
@@ -169,6 +197,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
         "target": request.target.name,
         "cuda_graph": request.cuda_graph,
         "gemm": request.gemm,
+        "attention": request.attention,
         "functions": functions,
         "params": [param.name for param in params],
     }
@@ -194,7 +223,7 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=output_dir.parent))
     try:
-        export(executable, staging / LIBRARY_NAME, request.target)
+        export(executable, staging / LIBRARY_NAME, request.target, link_options)
         if extensions:
             build_cublaslt_extension(staging / EXTENSION_NAME)
         manifest = Manifest(

@@ -218,8 +218,15 @@ def build_relax_module(
         )
 
 
-def export(executable: tvm.runtime.Executable, path: str | Path, spec: TargetSpec) -> Path:
+def export(
+    executable: tvm.runtime.Executable,
+    path: str | Path,
+    spec: TargetSpec,
+    link_options: list[str] | None = None,
+) -> Path:
     """Export ``executable`` as a shared library at ``path`` (written atomically).
+
+    ``link_options`` go to the final link (e.g. the CUDA runtime for linked-in objects).
 
     For CUDA specs the result is checked: it must embed a cubin for ``spec.arch`` and keep no
     CUDA source, otherwise RuntimeError (and nothing is left at ``path``).
@@ -228,7 +235,10 @@ def export(executable: tvm.runtime.Executable, path: str | Path, spec: TargetSpe
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.so")
     try:
-        executable.export_library(str(tmp))
+        if link_options:
+            executable.export_library(str(tmp), options=link_options)
+        else:
+            executable.export_library(str(tmp))
         if spec.kind == "cuda":
             _check_cuda_library(tmp, spec)
         os.replace(tmp, path)

@@ -17,9 +17,6 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-CUBLASLT = "cublaslt"
-TIR = "tir"
-GEMM_BACKENDS = (CUBLASLT, TIR)
 CUBLASLT_GEMM_FUNCTION = "vllm_tvm.cublaslt.gemm_nt"
 _NT_MATMUL_NAME = re.compile(r"nt_matmul\d*")
 _INPUT_DTYPES = ("float16", "bfloat16")

@@ -2,7 +2,8 @@
 
 One definition covers the four families because they differ only in switches that
 `LlamaFamilyConfig` carries (GQA, q/k/v bias, per-head q/k RMSNorm, tied embeddings, RoPE
-scaling). Attention runs through TVM's paged KV cache (`TIRPagedKVCache`), which applies
+scaling). Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or
+`FlashInferPagedKVCache` with FlashInfer's kernels: compiler/attention.py), which applies
 RoPE to q/k itself; the exported functions follow the compiled contract in
 docs/ARCHITECTURE.md: `embed`, `prefill` (ragged batch), `decode` (batch),
 `create_kv_cache`.
@@ -20,7 +21,12 @@ from tvm import relax as rx
 from tvm import tirx
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
-from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache, RopeMode, TIRPagedKVCache
+from tvm.relax.frontend.nn.llm.kv_cache import (
+    FlashInferPagedKVCache,
+    PagedKVCache,
+    RopeMode,
+    TIRPagedKVCache,
+)
 from tvm.target import Target
 
 from vllm_tvm.model_defs.config import LlamaFamilyConfig
@@ -126,10 +132,16 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(nn.Module):
     """The exported model: the functions of the compiled contract."""
 
-    def __init__(self, config: LlamaFamilyConfig, dtype: str, target: Target) -> None:
+    def __init__(
+        self, config: LlamaFamilyConfig, dtype: str, target: Target, attention: str = "tir"
+    ) -> None:
+        """`attention`: `tir` (TVM's TIR kernels) or `flashinfer` (compiler/attention.py)."""
         self.config = config
         self.dtype = dtype
         self.target = target
+        self.attention = attention
+        self.kv_cache_extern_mods: list[Any] = []
+        """Compiled objects the KV cache's kernels live in (FlashInfer), set by export."""
         self.model = LlamaModel(config, dtype)
         self.lm_head = (
             None
@@ -178,7 +190,8 @@ class LlamaForCausalLM(nn.Module):
         rope_scaling: dict[str, Any] = (
             {"rope_type": "llama3", **cfg.rope_scaling} if cfg.rope_type == "llama3" else {}
         )
-        return TIRPagedKVCache(
+        cache_class = FlashInferPagedKVCache if self.attention == "flashinfer" else TIRPagedKVCache
+        cache = cache_class(
             attn_kind="mha",
             max_batch_size=max_batch_size,
             max_total_seq_len=max_total_seq_len,
@@ -203,6 +216,8 @@ class LlamaForCausalLM(nn.Module):
             dtype=self.dtype,
             target=self.target,
         )
+        self.kv_cache_extern_mods = list(getattr(cache, "extern_mods", []))
+        return cache
 
     def export_spec(self) -> dict[str, Any]:
         """Signatures of the exported functions (symbolic sizes named)."""

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tvm.relax.frontend import nn
-from tvm.target import Target
 
 from vllm_tvm.model_defs import llama
 from vllm_tvm.model_defs.config import LlamaFamilyConfig, parse_llama_family_config
@@ -28,7 +27,8 @@ class ModelFamily:
 
     name: str
     parse_config: Callable[[dict[str, Any]], LlamaFamilyConfig]
-    build_model: Callable[[LlamaFamilyConfig, str, Target], nn.Module]
+    build_model: Callable[..., nn.Module]
+    """(config, dtype, target, attention='tir') -> the exportable model."""
     weight_sources: Callable[[str], tuple[list[str], int]]
 
 
