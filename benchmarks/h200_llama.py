@@ -12,7 +12,7 @@ extension against torch.matmul on the model's projection shapes.
 usage (on the GPU box, artifacts and the runtime bundle built elsewhere):
   PYTHONPATH=.device/tvm_bundle:. python3 benchmarks/h200_llama.py --artifact A [B ...]
       --config C [--check] [--bench] [--gemm-bench] [--batches 1,32,64]
-      [--decode-context 128] [--out FILE.json]
+      [--decode-context 128,1024] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -240,7 +240,9 @@ def timed(fn, repeat: int) -> list[float]:
     return times
 
 
-def bench(runner: ModelRunner, vocab: int, batches: list[int], context: int, report: dict) -> None:
+def bench(
+    runner: ModelRunner, vocab: int, batches: list[int], contexts: list[int], report: dict
+) -> None:
     rng = np.random.default_rng(2)
     # TTFT for a 1,024-token prompt (prefill + first logits on the host).
     prompt = rng.integers(100, vocab - 100, size=1024).tolist()
@@ -257,7 +259,7 @@ def bench(runner: ModelRunner, vocab: int, batches: list[int], context: int, rep
     report["ttft_1024_ms_median"] = statistics.median(ttft) * 1e3
     print("ttft@1024 ms", report["ttft_1024_ms_median"], flush=True)
     # Decode: batch of b sequences after a `context`-token prompt each; time 64 steps.
-    for b in batches:
+    for context, b in ((context, b) for context in contexts for b in batches):
         ids = list(range(1000, 1000 + b))
         prompts = [rng.integers(100, vocab - 100, size=context).tolist() for _ in ids]
         for sid in ids:
@@ -345,7 +347,7 @@ def main() -> None:
     parser.add_argument("--gemm-bench", action="store_true")
     parser.add_argument("--hf", action="store_true", help="also time HF eager b1 decode")
     parser.add_argument("--batches", default="1,32,64")
-    parser.add_argument("--decode-context", type=int, default=128)
+    parser.add_argument("--decode-context", default="128", help="comma-separated lengths")
     parser.add_argument("--profile-batches", default="1")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", type=Path)
@@ -357,6 +359,7 @@ def main() -> None:
     oracle = make_oracle(args.config)
     vocab = oracle.config.vocab_size
     batches = [int(b) for b in args.batches.split(",")]
+    contexts = [int(c) for c in args.decode_context.split(",")]
     for artifact in args.artifact:
         run: dict = {}
         report["runs"][str(artifact)] = run
@@ -368,7 +371,7 @@ def main() -> None:
             device="cuda",
             max_model_len=args.max_model_len,
             max_batch_size=max([*batches, 4]),
-            max_total_seq_len=max(batches) * (args.decode_context + 128) + 4096,
+            max_total_seq_len=max(batches) * (max(contexts) + 128) + 4096,
             prefill_chunk_size=2048,
             params=params,
             show_progress=False,
@@ -377,10 +380,10 @@ def main() -> None:
         if args.check:
             check(runner, oracle, vocab, run)
         if args.bench:
-            bench(runner, vocab, batches, args.decode_context, run)
+            bench(runner, vocab, batches, contexts, run)
             profile_prefill(runner, 1024, run)
             for b in (int(b) for b in args.profile_batches.split(",")):
-                profile_decode(runner, b, args.decode_context, run)
+                profile_decode(runner, b, max(contexts), run)
         if args.gemm_bench and "cublaslt_gemm.so" in runner.manifest.extensions:
             gemm_bench(tvm, oracle.config.to_dict(), run)
             args.gemm_bench = False

@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m pip install --no-deps \
-    "flashinfer-python==0.7.2" "nvidia-ml-py>=12" "einops>=0.8" "tabulate>=0.9" "ninja>=1.11"
+    "flashinfer-python==0.6.15.post1" "nvidia-ml-py>=12" "einops>=0.8" "tabulate>=0.9" "ninja>=1.11"

@@ -21,6 +21,9 @@ from vllm_tvm.compiler.build import cache_key_for, make_request
 @pytest.fixture
 def flashinfer_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attention.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(
+        attention.importlib.metadata, "version", lambda name: attention.FLASHINFER_VERSION
+    )
 
 
 def test_tir_is_the_default(tiny_model_dir) -> None:
@@ -43,6 +46,14 @@ def test_flashinfer_without_its_packages_names_them(monkeypatch: pytest.MonkeyPa
         attention.importlib.util, "find_spec", lambda name: None if name == "flashinfer" else 1
     )
     with pytest.raises(ValueError, match=r"packages flashinfer \(scripts/install_flashinfer"):
+        resolve_attention(ATTENTION_FLASHINFER, "cuda", "bfloat16")
+
+
+def test_a_flashinfer_with_other_kernel_arguments_is_refused(
+    monkeypatch: pytest.MonkeyPatch, flashinfer_importable
+) -> None:
+    monkeypatch.setattr(attention.importlib.metadata, "version", lambda name: "0.7.2")
+    with pytest.raises(ValueError, match=r"needs flashinfer-python 0\.6\.15\.post1.*0\.7\.2 is"):
         resolve_attention(ATTENTION_FLASHINFER, "cuda", "bfloat16")
 
 
@@ -103,6 +114,7 @@ def test_objects_are_reported_under_the_names_the_build_writes(
     stub = tmp_path / "libcuda.so.1"
     stub.write_bytes(b"")
     spec = fake_flashinfer([Path("/src/batch_prefill/kernel_mask_0.cu")], tmp_path)
+    (tmp_path / "batch_prefill_kernel_mask_0.cuda.o").write_bytes(b"")
     with flashinfer_build_environment("sm_90a", stub):
         assert spec.get_object_paths() == [tmp_path / "batch_prefill_kernel_mask_0.cuda.o"]
     assert spec.get_object_paths() == [tmp_path / "kernel_mask_0.cuda.o"]

@@ -15,16 +15,22 @@ first build of a head-dimension/dtype pair takes minutes. `--attention tir` need
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_FLASHINFER
 
 FLASHINFER_DTYPES = ("float16", "bfloat16")
+FLASHINFER_VERSION = "0.6.15.post1"
+"""The FlashInfer whose kernel entry points take the arguments TVM 0.27's KV cache passes:
+from 0.6.16 on, the prefill plan takes a 20th argument (`uniform_q_len`) and the call fails
+at run time with "Expected 20 but got 19 arguments" (seen on the H200 with 0.7.2)."""
 _FLASHINFER_MODULES = ("flashinfer", "torch", "ninja", "pynvml", "einops", "tabulate")
 
 
@@ -45,6 +51,13 @@ def resolve_attention(attention: str, target_kind: str, dtype: str) -> str:
             raise ValueError(
                 "attention 'flashinfer' compiles FlashInfer's kernels with its JIT, which needs "
                 f"the Python packages {', '.join(missing)} (scripts/install_flashinfer.sh)"
+            )
+        installed = importlib.metadata.version("flashinfer-python")
+        if installed != FLASHINFER_VERSION:
+            raise ValueError(
+                f"attention 'flashinfer' needs flashinfer-python {FLASHINFER_VERSION}, whose "
+                f"kernel arguments match TVM's paged KV cache; {installed} is installed "
+                "(scripts/install_flashinfer.sh)"
             )
     return attention
 
@@ -87,33 +100,35 @@ def flashinfer_build_environment(arch: str, libcuda_stub: Path) -> Iterator[None
 def _object_paths_as_built() -> Iterator[None]:
     """Make FlashInfer report the object files its build wrote.
 
-    flashinfer-python 0.7.2 names each object `<source dir>_<source stem>.cuda.o` in the
-    ninja file it writes, but `JitSpecNvcc.get_object_paths()` (which TVM's hook links)
-    still answers `<source stem>.cuda.o`, so the link finds no file. For the duration of
-    the build the method answers the names the build uses.
+    flashinfer-python 0.6.15 to 0.7.2 name each object `<source dir>_<source stem>.cuda.o`
+    in the ninja file they write, but `get_object_paths()` (which TVM's hook links) still
+    answers `<source stem>.cuda.o`, so the link finds no file. For the duration of the build
+    a reported path that does not exist is replaced by the as-built name when that exists.
     """
-    from flashinfer.jit.core import JitSpecNvcc
+    from flashinfer.jit import core
 
-    reported = JitSpecNvcc.get_object_paths
+    spec_class = getattr(core, "JitSpecNvcc", None) or core.JitSpec
+    reported = spec_class.get_object_paths
 
-    def as_built(spec: JitSpecNvcc) -> list[Path]:
-        paths = reported(spec)
-        return [
-            path.with_name(f"{source.parent.name}_{path.name}")
-            for source, path in zip(spec.sources, paths, strict=True)
-        ]
+    def as_built(spec: Any) -> list[Path]:
+        paths = []
+        for source, path in zip(spec.sources, reported(spec), strict=True):
+            built = path.with_name(f"{source.parent.name}_{path.name}")
+            paths.append(built if not path.exists() and built.exists() else path)
+        return paths
 
-    JitSpecNvcc.get_object_paths = as_built
+    spec_class.get_object_paths = as_built
     try:
         yield
     finally:
-        JitSpecNvcc.get_object_paths = reported
+        spec_class.get_object_paths = reported
 
 
 def cudart_link_options() -> list[str]:
     """Linker options for a model library that carries FlashInfer's objects, which call the
-    CUDA runtime: link libcudart from the toolkit that nvcc belongs to."""
-    return [f"-L{cuda_toolkit_root() / 'lib64'}", "-lcudart"]
+    CUDA runtime: libcudart of the toolkit, recorded as needed even though TVM places
+    options before the objects (where `--as-needed` would drop it)."""
+    return [f"-L{cuda_toolkit_root() / 'lib64'}", "-Wl,--no-as-needed", "-lcudart"]
 
 
 def cuda_toolkit_root() -> Path:
