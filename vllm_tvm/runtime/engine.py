@@ -5,8 +5,9 @@ the async engine behind the server; `from_args` builds one, see engine_args.py).
 `add_request` validates and queues; each `step()` asks the scheduler for a batch, runs it as
 at most two forwards (one ragged prefill for the sequences computing several tokens or the
 last of a prompt, one decode for those computing the single token they sampled last step),
-samples every sequence whose tokens are all computed, applies the stop rules, frees what
-finished, and returns the outputs.
+samples every sequence whose tokens are all computed (on the device when it needs nothing
+only the host sampler does, see device_sampling.py; otherwise from its logits row copied to
+the host), applies the stop rules, frees what finished, and returns the outputs.
 
 An engine built without a tokenizer (`EngineArgs.skip_tokenizer_init`, for benchmarks)
 takes token-id prompts only and produces no text, as vLLM does; text prompts and stop
@@ -32,11 +33,17 @@ import numpy as np
 from vllm_tvm.runtime.block_manager import BlockManager
 from vllm_tvm.runtime.cache_config import CacheConfig
 from vllm_tvm.runtime.detokenizer import DecodeTables, IncrementalDetokenizer
+from vllm_tvm.runtime.device_logits import DeviceLogits
+from vllm_tvm.runtime.device_sampling import (
+    device_sampling_enabled,
+    needs_host_row,
+    sample_rows,
+)
 from vllm_tvm.runtime.engine_args import EngineArgs, load_engine_parts
 from vllm_tvm.runtime.metrics import EngineMetrics
 from vllm_tvm.runtime.model_runner import ModelRunner
 from vllm_tvm.runtime.outputs import RequestOutput
-from vllm_tvm.runtime.sampler import Sampler, SamplingContext, prompt_logprobs
+from vllm_tvm.runtime.sampler import Sampler, SamplingContext, TokenLogprobs, prompt_logprobs
 from vllm_tvm.runtime.sampling_params import LogprobsMode, SamplingParams
 from vllm_tvm.runtime.scheduler import ScheduledSequence, Scheduler, SchedulerConfig
 from vllm_tvm.runtime.sequence import (
@@ -54,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 PromptInput = str | list[int]
 LogitsHook = Callable[[list[Sequence], np.ndarray], None]
+Ready = tuple[Sequence, DeviceLogits, int]
+"""A sequence that samples this step, the forward's logits and its row in them."""
 
 
 class PromptTooLongError(ValueError):
@@ -122,8 +131,14 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []
         self._request_counter = itertools.count()
         self.logits_hooks: list[LogitsHook] = []
-        """Called as hook(sequences, logits) before each sampling, to mask rows in place
-        (structured output registers one)."""
+        """Called as hook(sequences, logits) before each host sampling, to mask rows in place
+        (structured output registers one). The rows of sequences that sample on the device
+        are not passed: a hook with a `constrains(seq) -> bool` method keeps the sequences
+        it answers True for on the host; a hook with `__len__` keeps every row on the host
+        while its length is not 0; any other hook keeps every row on the host."""
+        self.device_sampling = device_sampling_enabled()
+        """Whether rows that need nothing host-only are sampled on the device (default on;
+        `VLLM_TVM_DEVICE_SAMPLING=0` turns it off; see device_sampling.py)."""
 
     @classmethod
     def from_args(cls, args: EngineArgs) -> LLMEngine:
@@ -305,23 +320,25 @@ class LLMEngine:
                 self._requests.pop(request.request_id, None)
         return outputs
 
-    def _forward(self, scheduled: list[ScheduledSequence]) -> list[tuple[Sequence, np.ndarray]]:
-        """Compute the scheduled tokens; (sequence, logits row) for each sequence whose
+    def _forward(self, scheduled: list[ScheduledSequence]) -> list[Ready]:
+        """Compute the scheduled tokens; (sequence, logits, row) for each sequence whose
         tokens are now all computed (it samples next). Prompt logprobs are gathered here."""
         decodes = [item for item in scheduled if _is_decode(item)]
         prefills = [item for item in scheduled if not _is_decode(item)]
-        ready: list[tuple[Sequence, np.ndarray]] = []
+        ready: list[Ready] = []
         if prefills:
             ready.extend(self._prefill(prefills))
         if decodes:
             seqs = [item.seq for item in decodes]
-            logits = self.runner.decode([s.kv_id for s in seqs], [s.token_ids[-1] for s in seqs])
-            for seq, row in zip(seqs, logits, strict=True):
+            logits = self.runner.decode_logits(
+                [s.kv_id for s in seqs], [s.token_ids[-1] for s in seqs]
+            )
+            for row, seq in enumerate(seqs):
                 seq.num_computed_tokens += 1
-                ready.append((seq, row))
+                ready.append((seq, logits, row))
         return ready
 
-    def _prefill(self, items: list[ScheduledSequence]) -> list[tuple[Sequence, np.ndarray]]:
+    def _prefill(self, items: list[ScheduledSequence]) -> list[Ready]:
         chunks, positions, plans = [], [], []
         offset = 0
         for item in items:
@@ -336,15 +353,14 @@ class LLMEngine:
             offset += count
         if not positions:  # no chunk finishes a prompt: logits are not needed
             positions.append(offset - 1)
-        logits = self.runner.prefill([item.seq.kv_id for item in items], chunks, positions)
-        ready = []
+        logits = self.runner.prefill_logits([item.seq.kv_id for item in items], chunks, positions)
+        ready: list[Ready] = []
         for seq, start, count, first_row, end_row in plans:
-            rows = logits[first_row:end_row]
             if seq.wants_prompt_logprobs:
-                self._add_prompt_logprobs(seq, rows, start)
+                self._add_prompt_logprobs(seq, logits.numpy()[first_row:end_row], start)
             seq.num_computed_tokens += count
             if seq.num_computed_tokens == seq.num_tokens:
-                ready.append((seq, rows[-1]))
+                ready.append((seq, logits, end_row - 1))
         return ready
 
     def _add_prompt_logprobs(self, seq: Sequence, rows: np.ndarray, start: int) -> None:
@@ -353,13 +369,89 @@ class LLMEngine:
         already = len(seq.prompt_logprobs) - (start + 1)  # entries a preempted run kept
         seq.prompt_logprobs.extend(entries[max(already, 0) :])
 
-    def _sample(
-        self, ready: list[tuple[Sequence, np.ndarray]], touched: dict[str, Request]
-    ) -> None:
+    def _samples_on_device(self, seq: Sequence, logits: DeviceLogits) -> bool:
+        """Whether `seq` takes its next token from the device (device_sampling.py lists
+        what keeps a row on the host)."""
+        return (
+            self.device_sampling
+            and (seq.params.greedy or logits.can_sample)
+            and not needs_host_row(seq.sampling)
+            and not self._hook_may_mask(seq)
+        )
+
+    def _hook_may_mask(self, seq: Sequence) -> bool:
+        """Whether a logits hook may change `seq`'s row: a hook with `constrains(seq)` says
+        so itself, one with a length is idle at length 0, any other one may mask any row."""
+        for hook in self.logits_hooks:
+            constrains = getattr(hook, "constrains", None)
+            if callable(constrains):
+                if constrains(seq):
+                    return True
+            elif not (hasattr(hook, "__len__") and len(hook) == 0):  # type: ignore[arg-type]
+                return True
+        return False
+
+    def _sample(self, ready: list[Ready], touched: dict[str, Request]) -> None:
         if not ready:
             return
-        seqs = [seq for seq, _ in ready]
-        logits = np.stack([row for _, row in ready])
+        chosen: list[tuple[int, TokenLogprobs | None] | None] = [None] * len(ready)
+        on_device = [self._samples_on_device(seq, logits) for seq, logits, _ in ready]
+        self._sample_on_device([i for i, device in enumerate(on_device) if device], ready, chosen)
+        host = [i for i, device in enumerate(on_device) if not device]
+        if host:
+            self._sample_on_host(host, ready, chosen, touched)
+        now = time.perf_counter()
+        generated = 0
+        for (seq, _, _), outcome in zip(ready, chosen, strict=True):
+            if outcome is None:  # its sampling failed and ended it
+                continue
+            first = seq.first_token_time is None
+            if first:
+                self.metrics.add_first_token(now - seq.arrival_time)
+                self.metrics.add_tokens(prompt=seq.num_prompt_tokens, generated=0)
+            generated += 1
+            touched[seq.request_id] = self._requests[seq.request_id]
+            try:
+                seq.append_token(outcome[0], outcome[1], now)
+            except Exception as err:  # e.g. the detokenizer: this request alone fails
+                self._end(seq, FINISH_ERROR, error=f"output processing failed: {err}")
+            else:
+                if seq.is_finished:
+                    self._release(seq)
+        self.metrics.add_tokens(prompt=0, generated=generated)
+
+    def _sample_on_device(
+        self,
+        indices: list[int],
+        ready: list[Ready],
+        chosen: list[tuple[int, TokenLogprobs | None] | None],
+    ) -> None:
+        """Tokens of `ready[i]` for i in `indices`, one device call per logits tensor."""
+        groups: dict[int, tuple[DeviceLogits, list[int]]] = {}
+        for index in indices:
+            logits = ready[index][1]
+            groups.setdefault(id(logits), (logits, []))[1].append(index)
+        for logits, members in groups.values():
+            tokens = sample_rows(
+                logits,
+                [ready[i][2] for i in members],
+                [ready[i][0].sampling for i in members],
+                self.sampler,
+            )
+            for index, token in zip(members, tokens, strict=True):
+                chosen[index] = (int(token), None)
+
+    def _sample_on_host(
+        self,
+        indices: list[int],
+        ready: list[Ready],
+        chosen: list[tuple[int, TokenLogprobs | None] | None],
+        touched: dict[str, Request],
+    ) -> None:
+        """Tokens of `ready[i]` for i in `indices` by the host sampler, after the logits
+        hooks; a row that cannot be sampled ends its sequence with an error."""
+        seqs = [ready[i][0] for i in indices]
+        logits = np.stack([ready[i][1].numpy()[ready[i][2]] for i in indices])
         for hook in self.logits_hooks:
             hook(seqs, logits)
         try:
@@ -374,27 +466,12 @@ class LLMEngine:
                 except ValueError as err:
                     self._end(seq, FINISH_ERROR, error=str(err))
                     touched[seq.request_id] = self._requests[seq.request_id]
-        now = time.perf_counter()
-        generated = 0
-        for result, indices in zip(results, rows, strict=True):
-            for position, index in enumerate(indices):
-                seq = seqs[index]
-                first = seq.first_token_time is None
-                if first:
-                    self.metrics.add_first_token(now - seq.arrival_time)
-                    self.metrics.add_tokens(prompt=seq.num_prompt_tokens, generated=0)
-                generated += 1
-                touched[seq.request_id] = self._requests[seq.request_id]
-                try:
-                    seq.append_token(
-                        int(result.token_ids[position]), result.logprobs[position], now
-                    )
-                except Exception as err:  # e.g. the detokenizer: this request alone fails
-                    self._end(seq, FINISH_ERROR, error=f"output processing failed: {err}")
-                else:
-                    if seq.is_finished:
-                        self._release(seq)
-        self.metrics.add_tokens(prompt=0, generated=generated)
+        for result, members in zip(results, rows, strict=True):
+            for position, index in enumerate(members):
+                chosen[indices[index]] = (
+                    int(result.token_ids[position]),
+                    result.logprobs[position],
+                )
 
     def _end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
         """Finish `seq` early (abort or error) and free its blocks."""

@@ -1,8 +1,10 @@
 """Runs a compiled artifact: weights on the device, the KV cache, and one forward call.
 
-The runner knows the compiled contract (embed / prefill / decode / create_kv_cache) and
-nothing about requests or sampling: callers hand it sequence ids and token ids and get fp32
-logits back as numpy arrays.
+The runner knows the compiled contract (embed / prefill / decode / create_kv_cache, and the
+device sampling functions argmax / sample) and nothing about requests or sampling policy:
+callers hand it sequence ids and token ids and get fp32 logits back, as numpy arrays
+(`prefill` / `decode`) or left on the device (`prefill_logits` / `decode_logits`, see
+device_logits.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
 from vllm_tvm.kernels import load_artifact_extensions
+from vllm_tvm.runtime.device_logits import DeviceLogits
 from vllm_tvm.runtime.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
 from vllm_tvm.runtime.weights import load_params, open_weights
 
@@ -106,7 +109,15 @@ class ModelRunner:
         self._decode_single = (
             self.vm["decode_single"] if "decode_single" in self.manifest.functions else self._decode
         )
+        # Artifacts from before the device sampling functions reduce logits on the host.
+        self._argmax = self.vm["argmax"] if "argmax" in self.manifest.functions else None
+        self._sample = self.vm["sample"] if "sample" in self.manifest.functions else None
         self._tvm = tvm
+
+    @property
+    def can_sample_on_device(self) -> bool:
+        """Whether the artifact has the compiled `argmax` and `sample` functions."""
+        return self._argmax is not None and self._sample is not None
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -129,13 +140,22 @@ class ModelRunner:
         ids = self._tvm.runtime.tensor(np.asarray(token_ids, dtype=np.int32), self.device)
         return self._embed(ids, self.params)
 
-    def prefill(
+    def _device_logits(self, logits: Any, rows: int) -> DeviceLogits:
+        return DeviceLogits(
+            logits._create_view((rows, self.vocab_size)),
+            self._argmax,
+            self._sample,
+            lambda array: self._tvm.runtime.tensor(array, self.device),
+        )
+
+    def prefill_logits(
         self,
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
-    ) -> np.ndarray:
-        """Append each chunk to its sequence in one ragged forward; fp32 logits as numpy.
+    ) -> DeviceLogits:
+        """Append each chunk to its sequence in one ragged forward; the fp32 logits rows
+        [len(logit_positions), vocab], left on the device.
 
         `logit_positions` index the concatenated chunk tokens (default: each chunk's last
         token, one row per chunk). The total length must fit the cache's prefill chunk size;
@@ -158,14 +178,27 @@ class ModelRunner:
         self.kv_cache.begin_forward(seq_ids, lengths)
         logits, _ = self._prefill(hidden, positions_on_device, self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
-        return logits.numpy().reshape(len(positions), self.vocab_size)
+        return self._device_logits(logits, len(positions))
 
-    def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> np.ndarray:
-        """One new token per sequence; logits [batch, vocab] after it."""
+    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
+        """One new token per sequence; the logits [batch, vocab] after it, on the device."""
         batch = len(seq_ids)
         hidden = self._embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, [1] * batch)
         forward = self._decode_single if batch == 1 else self._decode
         logits, _ = forward(hidden, self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
-        return logits.numpy().reshape(batch, self.vocab_size)
+        return self._device_logits(logits, batch)
+
+    def prefill(
+        self,
+        seq_ids: Sequence[int],
+        chunks: Sequence[Sequence[int]],
+        logit_positions: Sequence[int] | None = None,
+    ) -> np.ndarray:
+        """`prefill_logits`, copied to the host as a numpy array."""
+        return self.prefill_logits(seq_ids, chunks, logit_positions).numpy()
+
+    def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> np.ndarray:
+        """`decode_logits`, copied to the host as a numpy array [batch, vocab]."""
+        return self.decode_logits(seq_ids, token_ids).numpy()

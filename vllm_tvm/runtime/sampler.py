@@ -3,7 +3,8 @@
 Why it exists: the engine produces a float32 `[batch, vocab]` logits array per step and needs,
 for each row, the next token drawn exactly as vLLM v1 would draw it for that request's
 `SamplingParams`, plus the logprobs the request asked for. This module is that step, in
-numpy, vectorised over the batch where that is cheap (a GPU path comes later).
+numpy, vectorised over the batch where that is cheap. Rows that need none of the host-only
+stages are sampled on the device instead (runtime/device_sampling.py).
 
 How the engine uses it, once per step for the whole batch:
 
@@ -201,14 +202,22 @@ class Sampler:
             ids = np.fromiter(params.logit_bias.keys(), dtype=np.int64)
             row[ids] += np.fromiter(params.logit_bias.values(), dtype=np.float32)
 
-    def _draw(self, logits: np.ndarray, contexts: Sequence[SamplingContext]) -> np.ndarray:
-        """One draw per row from softmax(logits); seeded rows use their own generator."""
+    def uniforms(self, contexts: Sequence[SamplingContext]) -> np.ndarray:
+        """One uniform in [0, 1) per context, the randomness of one random draw each: seeded
+        contexts from their own generator, the others from the sampler's shared one. The
+        device sampler (runtime/device_sampling.py) draws through this too, so a request
+        advances its generator once per token whichever path samples it."""
         uniforms = np.empty(len(contexts))
         shared = [i for i, ctx in enumerate(contexts) if ctx.generator is None]
         uniforms[shared] = self._rng.random(len(shared))
         for i, ctx in enumerate(contexts):
             if ctx.generator is not None:
                 uniforms[i] = ctx.generator.random()
+        return uniforms
+
+    def _draw(self, logits: np.ndarray, contexts: Sequence[SamplingContext]) -> np.ndarray:
+        """One draw per row from softmax(logits); seeded rows use their own generator."""
+        uniforms = self.uniforms(contexts)
         weights = np.exp(logits - logits.max(axis=1, keepdims=True))
         return _inverse_cdf(weights, uniforms)
 
