@@ -250,7 +250,7 @@ def bench(
 
     def prefill_once():
         runner.kv_cache.add_sequence(seq[0])
-        runner.prefill([seq[0]], [prompt])
+        runner.prefill_logits([seq[0]], [prompt]).argmax()
         runner.kv_cache.remove_sequence(seq[0])
         seq[0] += 1
 
@@ -270,8 +270,7 @@ def bench(
         steps = 64
         start = time.perf_counter()
         for _ in range(steps):
-            logits = runner.decode(ids, tokens)
-            tokens = logits.argmax(axis=1).tolist()
+            tokens = runner.decode_logits(ids, tokens).argmax().tolist()
         elapsed = time.perf_counter() - start
         for sid in ids:
             runner.kv_cache.remove_sequence(sid)

@@ -117,6 +117,11 @@ class GrammarConstraints:
         """Number of requests with a constraint."""
         return len(self._roots)
 
+    def constrains(self, seq: ConstrainedSequence) -> bool:
+        """Whether `seq`'s row is masked by a grammar (its request registered one): only those
+        rows must be sampled on the host, the others can stay on the device."""
+        return seq.request_id in self._roots
+
     def __call__(self, seqs: Sequence[ConstrainedSequence], logits: np.ndarray) -> None:
         """Mask row i of `logits` ([len(seqs), vocab], in place) to what sequence i's grammar
         allows next; rows of unconstrained sequences are left as they are."""
