@@ -283,6 +283,38 @@ def bench(
         )
 
 
+def sampling_bench(runner: ModelRunner, vocab: int, report: dict) -> None:
+    """One decode step's sampling on the device at batch 64 (argmax; temperature 0.7 with
+    top-p 0.9; with top-k 40 too) against copying the logits and numpy's argmax."""
+    ids = list(range(7000, 7064))
+    for sid in ids:
+        runner.kv_cache.add_sequence(sid)
+    runner.prefill([ids[0]], [[7] * 16])
+    for sid in ids[1:]:
+        runner.prefill([sid], [[7] * 16])
+    logits = runner.decode_logits(ids, [1] * 64)
+    rows = len(ids)
+    keys = np.arange(rows, dtype=np.uint32)
+
+    def sample(top_k: int, top_p: float):
+        return lambda: logits.sample(
+            np.full(rows, 0.7), np.full(rows, top_k), np.full(rows, top_p), np.zeros(rows), keys
+        )
+
+    cases = {
+        "device_argmax": logits.argmax,
+        "device_top_p_0.9": sample(0, 0.9),
+        "device_top_k_40_top_p_0.9": sample(40, 0.9),
+        "host_copy_and_numpy_argmax": lambda: logits._tensor.numpy().argmax(axis=-1),
+    }
+    for label, fn in cases.items():
+        seconds = statistics.median(timed(fn, 10))
+        report[f"sampling_b64_{label}_ms"] = round(seconds * 1e3, 3)
+        print(f"sampling b64 {label}: {seconds * 1e3:.3f} ms", flush=True)
+    for sid in ids:
+        runner.kv_cache.remove_sequence(sid)
+
+
 def attention_bench(config: dict, report: dict) -> None:
     """torch SDPA (flash backend) on one layer's attention shapes, to read our profile's
     attention kernels against: causal prefill of 1,024 tokens, and decode of 64 sequences
@@ -381,6 +413,8 @@ def main() -> None:
         if args.bench:
             bench(runner, vocab, batches, contexts, run)
             profile_prefill(runner, 1024, run)
+            if runner.can_sample_on_device:
+                sampling_bench(runner, vocab, run)
             for b in (int(b) for b in args.profile_batches.split(",")):
                 profile_decode(runner, b, max(contexts), run)
         if args.gemm_bench and "cublaslt_gemm.so" in runner.manifest.extensions:
