@@ -1,0 +1,126 @@
+"""Ours against the peers, from the JSON files of one GPU run: a markdown table of ratios.
+
+Why: the numbers come from four programs with four output formats; this is the one place
+that lines them up, says which definition each cell uses, and refuses to divide numbers that
+do not measure the same thing.
+
+Inputs: ours from benchmarks/h200_llama.py (`decode_b1_tok_s`, `ttft_1024_ms_median`,
+`decode_bB_tok_s` — decode steps after 128-token prompts — and, if present,
+`aggregate_bB_tok_s`), the peers from run_vllm.py, run_llamacpp.py and run_hf.py (same keys;
+their `decode_bB_tok_s` is decode-only after 1,024-token prompts, `aggregate_bB_tok_s` is
+output tokens / wall time of 1,024 in + 256 out). Every ratio is ours ÷ peer: above 1 is
+better for ours in tok/s rows, worse in the TTFT row.
+
+usage: python3 benchmarks/peers/compare.py --ours OURS.json [--vllm V.json]
+           [--llamacpp L.json] [--hf H.json] [--batches 32,64,256] [--out TABLE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PEERS = (("vllm", "vLLM"), ("llamacpp", "llama.cpp"), ("hf", "HF"))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One metric: its label, the JSON key, and which direction is better."""
+
+    label: str
+    key: str
+    higher_is_better: bool
+    note: str = ""
+
+
+def rows_for(batches: list[int]) -> list[Row]:
+    """The table's metrics in display order."""
+    rows = [
+        Row("b1 decode (tok/s)", "decode_b1_tok_s", True),
+        Row("TTFT@1024 (ms)", "ttft_1024_ms_median", False),
+    ]
+    for b in batches:
+        rows.append(Row(f"aggregate b{b} (out tok/s)", f"aggregate_b{b}_tok_s", True,
+                        "1,024 in / 256 out, output tokens / wall time incl. prefill"))
+    for b in batches:
+        rows.append(Row(f"decode-only b{b} (tok/s)", f"decode_b{b}_tok_s", True,
+                        "ours after 128-token prompts, peers after 1,024-token prompts"))
+    return rows
+
+
+def load(path: Path | None) -> dict | None:
+    """A result file, or None when not given; a missing or broken file is an error."""
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise SystemExit(f"cannot read result file {path}: {error}") from error
+
+
+def fmt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def ratio(ours: float | None, peer: float | None) -> str:
+    if ours is None or peer is None or peer == 0:
+        return "n/a"
+    return f"{ours / peer:.2f}x"
+
+
+def table(ours: dict, peers: dict[str, dict | None], batches: list[int]) -> str:
+    """The markdown table (plus notes on definitions and failed runs)."""
+    present = [(key, name) for key, name in PEERS if peers.get(key) is not None]
+    header = ["metric", "ours"]
+    for _, name in present:
+        header += [name, f"ours ÷ {name}"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    notes: list[str] = []
+    for row in rows_for(batches):
+        ours_value = ours.get(row.key)
+        peer_values = [peers[key].get(row.key) for key, _ in present]
+        if ours_value is None and all(v is None for v in peer_values):
+            continue
+        direction = "↑" if row.higher_is_better else "↓"
+        cells = [f"{row.label} {direction}", fmt(ours_value)]
+        for value in peer_values:
+            cells += [fmt(value), ratio(ours_value, value)]
+        lines.append("| " + " | ".join(cells) + " |")
+        if row.note and row.note not in notes:
+            notes.append(row.note)
+    out = "\n".join(lines)
+    out += "\n\n↑ higher is better, ↓ lower is better; ratios are ours ÷ peer."
+    for note in notes:
+        out += f"\n- {note}"
+    for key, name in [("ours", "ours"), *present]:
+        result = ours if key == "ours" else peers[key]
+        if result.get("error"):
+            out += f"\n- {name} run failed: {result['error']}"
+    return out + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ours", type=Path, required=True)
+    for key, name in PEERS:
+        parser.add_argument(f"--{key}", type=Path, help=f"{name} result JSON")
+    parser.add_argument("--batches", default="32,64,256")
+    parser.add_argument("--out", type=Path, help="also write the table here")
+    args = parser.parse_args(argv)
+    ours = load(args.ours)
+    assert ours is not None
+    peers = {key: load(getattr(args, key)) for key, _ in PEERS}
+    text = table(ours, peers, [int(b) for b in args.batches.split(",")])
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
