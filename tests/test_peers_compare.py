@@ -20,13 +20,29 @@ compare = importlib.util.module_from_spec(spec)
 sys.modules["peers_compare"] = compare  # dataclasses look their module up there
 spec.loader.exec_module(compare)
 
-OURS = {"decode_b1_tok_s": 198.0, "ttft_1024_ms_median": 88.0, "decode_b32_tok_s": 2400.0,
-        "decode_b1_ms_per_step": 5.05, "profile_decode_b1": {"x": [1.0, 2]}}
-VLLM = {"engine": "vllm", "decode_b1_tok_s": 200.0, "ttft_1024_ms_median": 35.2,
-        "aggregate_b32_tok_s": 5072.0, "decode_b32_tok_s": 6000.0,
-        "aggregate_b64_tok_s": 8401.0, "decode_b64_tok_s": 9800.0}
-LLAMACPP = {"engine": "llama.cpp", "decode_b1_tok_s": 209.5, "ttft_1024_ms_median": 39.5,
-            "decode_b32_tok_s": 3600.0, "error": "RuntimeError: batched-bench skipped [64]"}
+OURS = {
+    "decode_b1_tok_s": 198.0,
+    "ttft_1024_ms_median": 88.0,
+    "decode_b32_tok_s": 2400.0,
+    "decode_b1_ms_per_step": 5.05,
+    "profile_decode_b1": {"x": [1.0, 2]},
+}
+VLLM = {
+    "engine": "vllm",
+    "decode_b1_tok_s": 200.0,
+    "ttft_1024_ms_median": 35.2,
+    "aggregate_b32_tok_s": 5072.0,
+    "decode_b32_tok_s": 6000.0,
+    "aggregate_b64_tok_s": 8401.0,
+    "decode_b64_tok_s": 9800.0,
+}
+LLAMACPP = {
+    "engine": "llama.cpp",
+    "decode_b1_tok_s": 209.5,
+    "ttft_1024_ms_median": 39.5,
+    "decode_b32_tok_s": 3600.0,
+    "error": "RuntimeError: batched-bench skipped [64]",
+}
 
 
 def row(text: str, label: str) -> list[str]:

@@ -17,8 +17,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "pee
 from fatbin_prune import fatbin_entries, prune, restore
 
 PTX, SASS = 1, 2
-ENTRIES = [(PTX, 80, b"P" * 32), (SASS, 80, b"A" * 48), (SASS, 90, b"B" * 40),
-           (SASS, 120, b"C" * 16)]
+ENTRIES = [
+    (PTX, 80, b"P" * 32),
+    (SASS, 80, b"A" * 48),
+    (SASS, 90, b"B" * 40),
+    (SASS, 120, b"C" * 16),
+]
 
 
 def fatbin(entries: list[tuple[int, int, bytes]]) -> bytes:
@@ -80,8 +84,9 @@ def test_restore_gives_back_the_original_bytes(library: Path, tmp_path: Path) ->
     assert out.read_bytes() == library.read_bytes()
 
 
-def test_restore_refuses_a_library_the_patch_was_not_made_from(library: Path,
-                                                               tmp_path: Path) -> None:
+def test_restore_refuses_a_library_the_patch_was_not_made_from(
+    library: Path, tmp_path: Path
+) -> None:
     pruned, patch = tmp_path / "pruned.so", tmp_path / "patch"
     prune(library, pruned, patch)
     pruned.write_bytes(pruned.read_bytes() + b"x")

@@ -26,8 +26,15 @@ from write_random_gguf import (
 gguf = pytest.importorskip("gguf")
 
 LLAMA_LAYER_TENSORS = (
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_norm",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
 )
 
 
@@ -126,12 +133,20 @@ def test_rope_factors_match_transformers_llama3_rope() -> None:
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     s = LLAMA_31_8B
-    params = {"rope_type": "llama3", "rope_theta": s.rope_theta, "factor": s.rope_factor,
-              "low_freq_factor": s.rope_low_freq_factor,
-              "high_freq_factor": s.rope_high_freq_factor,
-              "original_max_position_embeddings": s.rope_original_max_position_embeddings}
-    config = LlamaConfig(hidden_size=s.hidden_size, num_attention_heads=s.num_attention_heads,
-                         head_dim=s.head_dim, rope_parameters=params)
+    params = {
+        "rope_type": "llama3",
+        "rope_theta": s.rope_theta,
+        "factor": s.rope_factor,
+        "low_freq_factor": s.rope_low_freq_factor,
+        "high_freq_factor": s.rope_high_freq_factor,
+        "original_max_position_embeddings": s.rope_original_max_position_embeddings,
+    }
+    config = LlamaConfig(
+        hidden_size=s.hidden_size,
+        num_attention_heads=s.num_attention_heads,
+        head_dim=s.head_dim,
+        rope_parameters=params,
+    )
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
     default = 1.0 / s.rope_theta ** (torch.arange(0, s.head_dim, 2).double() / s.head_dim)
     expected = (default / scaled.double()).numpy()

@@ -28,8 +28,7 @@ def model():
 def test_rotary_buffers_equal_an_ordinarily_built_model(model) -> None:
     config = transformers.LlamaConfig(**config_json(tiny_shape()))
     reference = transformers.AutoModelForCausalLM.from_config(config)
-    torch.testing.assert_close(model.model.rotary_emb.inv_freq,
-                               reference.model.rotary_emb.inv_freq)
+    torch.testing.assert_close(model.model.rotary_emb.inv_freq, reference.model.rotary_emb.inv_freq)
     assert model.model.rotary_emb.attention_scaling == reference.model.rotary_emb.attention_scaling
 
 

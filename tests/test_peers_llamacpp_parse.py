@@ -50,7 +50,8 @@ def test_batched_rows_give_aggregate_and_decode_only_rates() -> None:
         b = row["pl"]
         prefix = "batched_" if b == 1 else ""
         assert result[f"{prefix}aggregate_b{b}_tok_s"] == pytest.approx(
-            b * row["tg"] / (row["t_pp"] + row["t_tg"]))
+            b * row["tg"] / (row["t_pp"] + row["t_tg"])
+        )
         assert result[f"{prefix}decode_b{b}_tok_s"] == pytest.approx(row["speed_tg"])
 
 

@@ -4,9 +4,10 @@ Why: the numbers come from four programs with four output formats; this is the o
 that lines them up, says which definition each cell uses, and refuses to divide numbers that
 do not measure the same thing.
 
-Inputs: ours from benchmarks/h200_llama.py (`decode_b1_tok_s`, `ttft_1024_ms_median`,
-`decode_bB_tok_s` — decode steps after 128-token prompts — and, if present,
-`aggregate_bB_tok_s`), the peers from run_vllm.py, run_llamacpp.py and run_hf.py (same keys;
+Inputs: ours as a summary JSON with the same keys (`decode_b1_tok_s`, `ttft_1024_ms_median`,
+`decode_bB_tok_s` — decode steps after 1,024-token prompts, from benchmarks/h200_llama.py
+--decode-context 1024 — and `aggregate_bB_tok_s` from `vllm-tvm bench`), the peers from
+run_vllm.py, run_llamacpp.py and run_hf.py (same keys;
 their `decode_bB_tok_s` is decode-only after 1,024-token prompts, `aggregate_bB_tok_s` is
 output tokens / wall time of 1,024 in + 256 out). Every ratio is ours ÷ peer: above 1 is
 better for ours in tok/s rows, worse in the TTFT row.
@@ -43,11 +44,23 @@ def rows_for(batches: list[int]) -> list[Row]:
         Row("TTFT@1024 (ms)", "ttft_1024_ms_median", False),
     ]
     for b in batches:
-        rows.append(Row(f"aggregate b{b} (out tok/s)", f"aggregate_b{b}_tok_s", True,
-                        "1,024 in / 256 out, output tokens / wall time incl. prefill"))
+        rows.append(
+            Row(
+                f"aggregate b{b} (out tok/s)",
+                f"aggregate_b{b}_tok_s",
+                True,
+                "1,024 in / 256 out, output tokens / wall time incl. prefill",
+            )
+        )
     for b in batches:
-        rows.append(Row(f"decode-only b{b} (tok/s)", f"decode_b{b}_tok_s", True,
-                        "ours after 128-token prompts, peers after 1,024-token prompts"))
+        rows.append(
+            Row(
+                f"decode-only b{b} (tok/s)",
+                f"decode_b{b}_tok_s",
+                True,
+                "decode steps only, after 1,024-token prompts",
+            )
+        )
     return rows
 
 

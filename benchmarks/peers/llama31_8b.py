@@ -14,30 +14,48 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+SHAPE_CONFIG = Path(__file__).resolve().parents[1] / "configs/llama-3.1-8b-shape/config.json"
+"""The shape's one definition, shared with `vllm-tvm bench --model benchmarks/configs/...`."""
+
 
 @dataclass(frozen=True)
 class LlamaShape:
     """Hyper-parameters of a Llama-3-family decoder (names as in the HF config)."""
 
-    hidden_size: int = 4096
-    num_hidden_layers: int = 32
-    num_attention_heads: int = 32
-    num_key_value_heads: int = 8
-    head_dim: int = 128
-    intermediate_size: int = 14336
-    vocab_size: int = 128256
-    rope_theta: float = 500000.0
-    rms_norm_eps: float = 1e-5
-    max_position_embeddings: int = 131072
-    rope_factor: float = 8.0
-    rope_low_freq_factor: float = 1.0
-    rope_high_freq_factor: float = 4.0
-    rope_original_max_position_embeddings: int = 8192
-    bos_token_id: int = 128000
-    eos_token_id: int = 128001
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rope_theta: float
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope_factor: float
+    rope_low_freq_factor: float
+    rope_high_freq_factor: float
+    rope_original_max_position_embeddings: int
+    bos_token_id: int
+    eos_token_id: int
 
 
-LLAMA_31_8B = LlamaShape()
+def shape_from_config(path: Path) -> LlamaShape:
+    """The shape an HF Llama-3 `config.json` describes (first EOS id when it lists several)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    rope = config["rope_scaling"]
+    eos = config["eos_token_id"]
+    plain = {name: config[name] for name in LlamaShape.__dataclass_fields__ if name in config}
+    return LlamaShape(
+        **{**plain, "eos_token_id": eos[0] if isinstance(eos, list) else eos},
+        rope_factor=rope["factor"],
+        rope_low_freq_factor=rope["low_freq_factor"],
+        rope_high_freq_factor=rope["high_freq_factor"],
+        rope_original_max_position_embeddings=rope["original_max_position_embeddings"],
+    )
+
+
+LLAMA_31_8B = shape_from_config(SHAPE_CONFIG)
 
 
 def tiny_shape(**overrides: int | float) -> LlamaShape:

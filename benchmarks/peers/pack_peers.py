@@ -48,12 +48,14 @@ VLLM_DEPENDENCIES = (
     "astor==0.8.1",  # depyf
     "cachetools==8.0.2",
     "cbor2==6.3.0",
+    "compressed_tensors==0.17.0",  # imported by the engine core at start (seen on the H200)
     "depyf==0.20.0",
     "dill==0.4.1",
     "distro==1.9.0",  # openai
     "fastapi==0.136.3",
     "jiter==0.19.0",  # openai
     "llguidance==1.7.6",
+    "loguru==0.7.3",  # compressed-tensors
     "msgspec==0.23.0",
     "openai==2.54.0",
     "orjson==3.13.0",
@@ -177,12 +179,13 @@ def pack_vllm(out: Path, cache: Path, python_version: str) -> None:
     shutil.rmtree(site, ignore_errors=True)
     deps = [str(w) for w in sorted(wheels.glob("*.whl")) if not w.name.startswith("vllm-")]
     if len(deps) != len(VLLM_DEPENDENCIES):
-        sys.exit(f"expected {len(VLLM_DEPENDENCIES)} dependency wheels in {wheels}, "
-                 f"found {len(deps)}: remove stale wheels there and run again")
+        sys.exit(
+            f"expected {len(VLLM_DEPENDENCIES)} dependency wheels in {wheels}, "
+            f"found {len(deps)}: remove stale wheels there and run again"
+        )
     target = ["--target", str(site), "--python-version", python_version, "--implementation"]
     target += ["cp", "--only-binary=:all:", *[a for p in PLATFORMS for a in ("--platform", p)]]
-    run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", *target,
-         *deps])
+    run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", *target, *deps])
     shutil.rmtree(site / "bin", ignore_errors=True)
     (vllm_wheel,) = wheels.glob("vllm-0.33.0-*.whl")
     with zipfile.ZipFile(vllm_wheel) as wheel:
@@ -200,13 +203,25 @@ def pack_vllm(out: Path, cache: Path, python_version: str) -> None:
     info = prune(library, library, folder_a / "C_stable_libtorch.patch")
     write_tar_xz(site, folder_b / "site.tar.xz")
     common = {"vllm": VLLM, "python": python_version, "dependencies": list(VLLM_DEPENDENCIES)}
-    write_manifest(folder_a, {**common, "library": PRUNED_LIBRARY,
-                              "original_sha256": info["original_sha256"],
-                              "pruned_sha256": info["pruned_sha256"]})
-    write_manifest(folder_b, {**common, "dropped": list(VLLM_DROPPED),
-                              "pruned_library": PRUNED_LIBRARY,
-                              "original_sha256": info["original_sha256"],
-                              "pruned_sha256": info["pruned_sha256"]})
+    write_manifest(
+        folder_a,
+        {
+            **common,
+            "library": PRUNED_LIBRARY,
+            "original_sha256": info["original_sha256"],
+            "pruned_sha256": info["pruned_sha256"],
+        },
+    )
+    write_manifest(
+        folder_b,
+        {
+            **common,
+            "dropped": list(VLLM_DROPPED),
+            "pruned_library": PRUNED_LIBRARY,
+            "original_sha256": info["original_sha256"],
+            "pruned_sha256": info["pruned_sha256"],
+        },
+    )
 
 
 def pack_llamacpp(out: Path, cache: Path) -> None:
@@ -243,8 +258,14 @@ def pack_llamacpp(out: Path, cache: Path) -> None:
     folder.mkdir(parents=True)
     members = sorted(p for p in tree.rglob("*") if p.is_file())
     write_tar_xz(tree.parent, folder / "llama.cpp.tar.xz", members)
-    write_manifest(folder, {"source": LLAMA_CPP_PYTHON, "kept": list(LLAMA_CPP_KEPT),
-                            "ggml_backends": list(GGML_BACKENDS_KEPT)})
+    write_manifest(
+        folder,
+        {
+            "source": LLAMA_CPP_PYTHON,
+            "kept": list(LLAMA_CPP_KEPT),
+            "ggml_backends": list(GGML_BACKENDS_KEPT),
+        },
+    )
 
 
 def main() -> None:
@@ -252,8 +273,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(".peers"))
     parser.add_argument("--cache", type=Path, default=Path("/tmp/peers-cache"))
     parser.add_argument("--only", choices=("vllm", "llamacpp"))
-    parser.add_argument("--python-version", default="3.12",
-                        help="CPython of the GPU box (3.11 here builds a site to test imports)")
+    parser.add_argument(
+        "--python-version",
+        default="3.12",
+        help="CPython of the GPU box (3.11 here builds a site to test imports)",
+    )
     args = parser.parse_args()
     if args.only in (None, "vllm"):
         pack_vllm(args.out, args.cache, args.python_version)

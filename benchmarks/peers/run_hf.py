@@ -149,15 +149,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    report: dict = {"engine": "hf", "shape": config_json(), "raw": {},
-                    "definitions": __doc__.split("Definitions")[1].split("usage:")[0].strip(),
-                    "loadavg_start": os.getloadavg()}
+    report: dict = {
+        "engine": "hf",
+        "shape": config_json(),
+        "raw": {},
+        "definitions": __doc__.split("Definitions")[1].split("usage:")[0].strip(),
+        "loadavg_start": os.getloadavg(),
+    }
     try:
         import torch
         import transformers
 
-        report |= {"transformers": transformers.__version__, "torch": torch.__version__,
-                   "gpu": torch.cuda.get_device_name()}
+        report |= {
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(),
+        }
         start = time.perf_counter()
         model = build_random_model(LLAMA_31_8B, "cuda")
         torch.cuda.synchronize()
@@ -169,8 +176,16 @@ def main() -> int:
         print(report["traceback"], file=sys.stderr, flush=True)
     report["loadavg_end"] = os.getloadavg()
     save(report, args.out)
-    print(json.dumps({k: v for k, v in report.items() if k not in ("raw", "shape", "traceback",
-                                                                  "definitions")}), flush=True)
+    print(
+        json.dumps(
+            {
+                k: v
+                for k, v in report.items()
+                if k not in ("raw", "shape", "traceback", "definitions")
+            }
+        ),
+        flush=True,
+    )
     return 1 if "error" in report else 0
 
 

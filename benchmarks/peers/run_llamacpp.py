@@ -146,26 +146,49 @@ def main() -> int:
     parser.add_argument("--wait-build-s", type=float, default=420)
     args = parser.parse_args()
     npl = [int(n) for n in args.npl.split(",")]
-    report: dict = {"engine": "llama.cpp",
-                    "definitions": __doc__.split("Definitions:")[1].split("usage:")[0].strip()}
+    report: dict = {
+        "engine": "llama.cpp",
+        "definitions": __doc__.split("Definitions:")[1].split("usage:")[0].strip(),
+    }
     logs = args.out.parent
     logs.mkdir(parents=True, exist_ok=True)
     try:
         report["gguf_write"] = ensure_gguf(args.gguf)
         report["gguf_bytes"] = args.gguf.stat().st_size
         bin_dir = wait_for_build(args.work, args.wait_build_s)
-        bench, _ = run([str(bin_dir / "llama-bench"), "-m", str(args.gguf), *BENCH_ARGS],
-                       logs / "llama-bench.log")
+        bench, _ = run(
+            [str(bin_dir / "llama-bench"), "-m", str(args.gguf), *BENCH_ARGS],
+            logs / "llama-bench.log",
+        )
         report |= parse_llama_bench(bench)
-        print(f"tg128 {report['decode_b1_tok_s']:.1f} tok/s, pp{PROMPT} "
-              f"{report[f'ttft_{PROMPT}_ms_median']:.1f} ms", flush=True)
+        print(
+            f"tg128 {report['decode_b1_tok_s']:.1f} tok/s, pp{PROMPT} "
+            f"{report[f'ttft_{PROMPT}_ms_median']:.1f} ms",
+            flush=True,
+        )
         context = max(npl) * (PROMPT + GENERATED)
         # llama.cpp's logger prints from a thread the program does not wait for at exit, so
         # the last row can be lost: a final repeat of the first batch size keeps it safe.
         sizes = ",".join(map(str, [*npl, npl[0]]))
-        batched_cmd = [str(bin_dir / "llama-batched-bench"), "-m", str(args.gguf), "-ngl", "99",
-                       "-fa", "on", "-c", str(context), "-npp", str(PROMPT), "-ntg",
-                       str(GENERATED), "-npl", sizes, "--output-format", "jsonl"]
+        batched_cmd = [
+            str(bin_dir / "llama-batched-bench"),
+            "-m",
+            str(args.gguf),
+            "-ngl",
+            "99",
+            "-fa",
+            "on",
+            "-c",
+            str(context),
+            "-npp",
+            str(PROMPT),
+            "-ntg",
+            str(GENERATED),
+            "-npl",
+            sizes,
+            "--output-format",
+            "jsonl",
+        ]
         batched = "\n".join(run(batched_cmd, logs / "llama-batched-bench.log"))
         report |= parse_batched_bench(batched)
         missing = [b for b in npl if f"raw_b{b}" not in report]
@@ -173,8 +196,11 @@ def main() -> int:
             raise RuntimeError(f"batched-bench skipped batch sizes {missing} (context {context})")
         for b in npl:
             row = report[f"raw_b{b}"]
-            print(f"b{b}: aggregate {b * row['tg'] / (row['t_pp'] + row['t_tg']):.0f} tok/s, "
-                  f"decode-only {row['speed_tg']:.0f} tok/s", flush=True)
+            print(
+                f"b{b}: aggregate {b * row['tg'] / (row['t_pp'] + row['t_tg']):.0f} tok/s, "
+                f"decode-only {row['speed_tg']:.0f} tok/s",
+                flush=True,
+            )
     except Exception as error:  # the JSON must say what failed, with what was measured so far
         report["error"] = f"{type(error).__name__}: {error}"
         report["traceback"] = traceback.format_exc()

@@ -69,7 +69,10 @@ def timed_generate(llm, prompts: list[dict], max_tokens: int) -> float:
     from vllm import SamplingParams
 
     params = SamplingParams(
-        max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, temperature=0.0,
+        max_tokens=max_tokens,
+        min_tokens=max_tokens,
+        ignore_eos=True,
+        temperature=0.0,
         detokenize=False,
     )
     start = clock()
@@ -77,8 +80,10 @@ def timed_generate(llm, prompts: list[dict], max_tokens: int) -> float:
     elapsed = clock() - start
     lengths = {len(o.outputs[0].token_ids) for o in outputs}
     if len(outputs) != len(prompts) or lengths != {max_tokens}:
-        raise RuntimeError(f"expected {len(prompts)} outputs of {max_tokens} tokens, "
-                           f"got {len(outputs)} with lengths {sorted(lengths)}")
+        raise RuntimeError(
+            f"expected {len(prompts)} outputs of {max_tokens} tokens, "
+            f"got {len(outputs)} with lengths {sorted(lengths)}"
+        )
     return elapsed
 
 
@@ -113,9 +118,12 @@ def measure(llm, batches: list[int], repeats: int, report: dict, save: Callable[
         report[f"aggregate_b{b}_total_tok_s"] = b * (AGG_PROMPT + AGG_OUT) / t_full
         report[f"decode_b{b}_tok_s"] = b * (AGG_OUT - 1) / (t_full - t_first)
         report["raw"][f"b{b}_out{AGG_OUT}_s"], report["raw"][f"b{b}_out1_s"] = full, first
-        print(f"b{b}: aggregate {report[f'aggregate_b{b}_tok_s']:.0f} tok/s, decode-only "
-              f"{report[f'decode_b{b}_tok_s']:.0f} tok/s ({t_full:.2f} s, prefill+1 "
-              f"{t_first:.2f} s)", flush=True)
+        print(
+            f"b{b}: aggregate {report[f'aggregate_b{b}_tok_s']:.0f} tok/s, decode-only "
+            f"{report[f'decode_b{b}_tok_s']:.0f} tok/s ({t_full:.2f} s, prefill+1 "
+            f"{t_first:.2f} s)",
+            flush=True,
+        )
         save()
 
 
@@ -154,16 +162,23 @@ def main() -> int:
     parser.add_argument("--manifest", type=Path, default=Path(".peers/vllm_b/MANIFEST.json"))
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    report: dict = {"engine": "vllm", "shape": config_json(), "raw": {},
-                    "definitions": __doc__.split("Definitions")[1].split("usage:")[0].strip()}
+    report: dict = {
+        "engine": "vllm",
+        "shape": config_json(),
+        "raw": {},
+        "definitions": __doc__.split("Definitions")[1].split("usage:")[0].strip(),
+    }
     try:
         import torch
         import vllm
         from vllm import LLM
 
-        report |= {"vllm": vllm.__version__, "torch": torch.__version__,
-                   "kernel_library": kernel_library_state(args.manifest),
-                   "loadavg_start": os.getloadavg()}
+        report |= {
+            "vllm": vllm.__version__,
+            "torch": torch.__version__,
+            "kernel_library": kernel_library_state(args.manifest),
+            "loadavg_start": os.getloadavg(),
+        }
         print(f"vLLM {vllm.__version__}, kernel library: {report['kernel_library']}", flush=True)
         model_dir = write_config_dir(Path(tempfile.mkdtemp(prefix="llama31_8b_")))
         start = time.perf_counter()
@@ -195,8 +210,16 @@ def main() -> int:
         print(report["traceback"], file=sys.stderr, flush=True)
     report["loadavg_end"] = os.getloadavg()
     save(report, args.out)
-    print(json.dumps({k: v for k, v in report.items() if k not in ("raw", "shape", "traceback",
-                                                                  "definitions")}), flush=True)
+    print(
+        json.dumps(
+            {
+                k: v
+                for k, v in report.items()
+                if k not in ("raw", "shape", "traceback", "definitions")
+            }
+        ),
+        flush=True,
+    )
     return 1 if "error" in report else 0
 
 

@@ -71,8 +71,9 @@ def llama3_rope_factors(shape: LlamaShape) -> np.ndarray:
     low, high = shape.rope_low_freq_factor, shape.rope_high_freq_factor
     smooth = (old / wavelen - low) / (high - low)
     middle = 1.0 / ((1 - smooth) / shape.rope_factor + smooth)
-    factors = np.where(wavelen < old / high, 1.0, np.where(wavelen > old / low, shape.rope_factor,
-                                                          middle))
+    factors = np.where(
+        wavelen < old / high, 1.0, np.where(wavelen > old / low, shape.rope_factor, middle)
+    )
     return factors.astype(np.float32)
 
 
@@ -179,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shape = tiny_shape() if args.tiny else LLAMA_31_8B
     info = write_random_gguf(args.out, shape, args.seed)
-    print(f"wrote {args.out}: {info['bytes'] / 1e9:.2f} GB, {info['tensors']} tensors, "
-          f"{info['seconds']:.1f} s", flush=True)
+    print(
+        f"wrote {args.out}: {info['bytes'] / 1e9:.2f} GB, {info['tensors']} tensors, "
+        f"{info['seconds']:.1f} s",
+        flush=True,
+    )
     return 0
 
 
