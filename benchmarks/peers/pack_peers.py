@@ -23,7 +23,6 @@ usage: python3 benchmarks/peers/pack_peers.py [--out .peers] [--cache /tmp/peers
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import lzma
 import shutil
@@ -34,6 +33,8 @@ import zipfile
 from pathlib import Path
 
 from fatbin_prune import prune
+
+from vllm_tvm.artifacts.manifest import sha256_of_file
 
 VLLM = "vllm==0.33.0"
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
@@ -138,14 +139,6 @@ def pip_download(specs: list[str], dest: Path, python_version: str, *, binary: b
     run(cmd + specs)
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_tar_xz(root: Path, out: Path, members: list[Path] | None = None) -> None:
     """A reproducible .tar.xz of `root`'s files (or of `members`), relative to `root`."""
     files = members if members is not None else sorted(p for p in root.rglob("*"))
@@ -163,7 +156,10 @@ def write_tar_xz(root: Path, out: Path, members: list[Path] | None = None) -> No
 
 
 def write_manifest(folder: Path, info: dict) -> None:
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in folder.iterdir()}
+    files = {
+        path.name: {"bytes": path.stat().st_size, "sha256": sha256_of_file(path)}
+        for path in folder.iterdir()
+    }
     files.pop("MANIFEST.json", None)
     (folder / "MANIFEST.json").write_text(json.dumps({**info, "files": files}, indent=1))
     total = sum(f["bytes"] for f in files.values())

@@ -23,17 +23,16 @@ usage: python3 benchmarks/peers/run_hf.py --out $OUT/hf.json
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from llama31_8b import LLAMA_31_8B, LlamaShape, config_json, write_config_dir
+from peer_report import finish, record_error, save
 
 B1_PROMPT, B1_OUT = 128, 257
 TTFT_PROMPT = 1024
@@ -139,12 +138,6 @@ def measure(model, report: dict, save: Callable[[], None]) -> None:
     save()
 
 
-def save(report: dict, out: Path) -> None:
-    """Write the report now, so a run cut short still leaves what it measured."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -171,22 +164,8 @@ def main() -> int:
         report["model_build_s"] = time.perf_counter() - start
         measure(model, report, lambda: save(report, args.out))
     except Exception as error:  # the JSON must say what failed, with what was measured so far
-        report["error"] = f"{type(error).__name__}: {error}"
-        report["traceback"] = traceback.format_exc()
-        print(report["traceback"], file=sys.stderr, flush=True)
-    report["loadavg_end"] = os.getloadavg()
-    save(report, args.out)
-    print(
-        json.dumps(
-            {
-                k: v
-                for k, v in report.items()
-                if k not in ("raw", "shape", "traceback", "definitions")
-            }
-        ),
-        flush=True,
-    )
-    return 1 if "error" in report else 0
+        record_error(report, error)
+    return finish(report, args.out)
 
 
 if __name__ == "__main__":

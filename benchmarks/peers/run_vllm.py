@@ -29,12 +29,12 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from llama31_8b import LLAMA_31_8B, config_json, write_config_dir
+from peer_report import finish, record_error, save
 
 # Before vLLM is imported: no network, no FlashInfer sampler (its probe imports flashinfer,
 # which is not carried), no usage reporting.
@@ -147,12 +147,6 @@ def kernel_library_state(manifest: Path) -> str:
     return f"unknown sha256 {digest}"
 
 
-def save(report: dict, out: Path) -> None:
-    """Write the report now, so a run cut short still leaves what it measured."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -205,22 +199,8 @@ def main() -> int:
         report["gpu"] = torch.cuda.get_device_name()  # only now: CUDA stays off in the parent
         measure(llm, batches, args.repeats, report, lambda: save(report, args.out))
     except Exception as error:  # the JSON must say what failed, with what was measured so far
-        report["error"] = f"{type(error).__name__}: {error}"
-        report["traceback"] = traceback.format_exc()
-        print(report["traceback"], file=sys.stderr, flush=True)
-    report["loadavg_end"] = os.getloadavg()
-    save(report, args.out)
-    print(
-        json.dumps(
-            {
-                k: v
-                for k, v in report.items()
-                if k not in ("raw", "shape", "traceback", "definitions")
-            }
-        ),
-        flush=True,
-    )
-    return 1 if "error" in report else 0
+        record_error(report, error)
+    return finish(report, args.out)
 
 
 if __name__ == "__main__":

@@ -122,15 +122,15 @@ class _Layout:
     def index(self, outer: Any, u: Any, tx: Any) -> Any:
         return T.Cast("int32", (outer * UNROLL + u) * self.threads + tx)
 
-    def macros(self) -> tuple[Any, Any, Any]:
-        """(load, all_reduce, all_reduce_argmax) macros for this layout.
+    def macros(self) -> tuple[Any, Any, Any, Any]:
+        """(load, all_reduce, all_reduce_argmax, argmax_pass) macros for this layout.
 
         On a CPU a row has one "thread", so a reduction is a copy. On a GPU each call site
         needs its own result buffer: TVM 0.27's all-reduce lowering loses the shared staging
         buffer of the second of two all-reduces that write the same buffer ("red_result ...
         not passed in as API arguments").
         """
-        vocab, gpu, index = self.vocab, self.gpu, self.index
+        vocab, gpu, index, outers = self.vocab, self.gpu, self.index, self.outers
 
         @T.macro
         def load(logits, row, outer, tx, values):
@@ -186,14 +186,29 @@ class _Layout:
                 result_index[0] = index[0]
                 result_value[0] = value[0]
 
-        return load, all_reduce, all_reduce_argmax
+        # One pass over a row: its first maximal logit and index, in every thread's
+        # result_index/result_value (best/best_index are the thread's partials).
+        @T.macro
+        def argmax_pass(logits, row, tx, values, best, best_index, result_index, result_value):
+            best[0] = T.float32("-inf")
+            best_index[0] = T.int32(0)
+            for outer in T.serial(outers):
+                load(logits, row, outer, tx, values)
+                for u in T.serial(UNROLL):
+                    j: T.let[T.int32] = index(outer, u, tx)
+                    if j < vocab:
+                        if _better(values[u], j, best[0], best_index[0]):
+                            best[0] = values[u]
+                            best_index[0] = j
+            all_reduce_argmax(tx, best_index, best, result_index, result_value)
+
+        return load, all_reduce, all_reduce_argmax, argmax_pass
 
 
 def row_argmax(vocab: int, gpu: bool) -> tirx.PrimFunc:
     """`(logits [rows, vocab] f32) -> [rows] int32`: the first maximal index of each row."""
     layout = _Layout(vocab, gpu)
-    load, _, all_reduce_argmax = layout.macros()
-    outers, index = layout.outers, layout.index
+    _, _, _, argmax_pass = layout.macros()
 
     @T.prim_func(private=True, s_tir=True)
     def argmax(var_logits: T.handle, var_out: T.handle) -> None:
@@ -209,17 +224,7 @@ def row_argmax(vocab: int, gpu: bool) -> tirx.PrimFunc:
                     best_index = T.sblock_alloc_buffer((1,), "int32", scope="local")
                     winner = T.sblock_alloc_buffer((1,), "float32", scope="local")
                     winner_index = T.sblock_alloc_buffer((1,), "int32", scope="local")
-                    best[0] = T.float32("-inf")
-                    best_index[0] = T.int32(0)
-                    for outer in T.serial(outers):
-                        load(logits, row, outer, tx, values)
-                        for u in T.serial(UNROLL):
-                            j: T.let[T.int32] = index(outer, u, tx)
-                            if j < vocab:
-                                if _better(values[u], j, best[0], best_index[0]):
-                                    best[0] = values[u]
-                                    best_index[0] = j
-                    all_reduce_argmax(tx, best_index, best, winner_index, winner)
+                    argmax_pass(logits, row, tx, values, best, best_index, winner_index, winner)
                     if tx == 0:
                         out[row] = winner_index[0]
 
@@ -234,7 +239,7 @@ def row_sample(vocab: int, gpu: bool) -> tirx.PrimFunc:
     top_k <= 0 or >= vocab, top_p >= 1, min_p <= 0: that filter is off.
     """
     layout = _Layout(vocab, gpu)
-    load, all_reduce, all_reduce_argmax = layout.macros()
+    load, all_reduce, all_reduce_argmax, argmax_pass = layout.macros()
     outers, index = layout.outers, layout.index
 
     def add(a: Any, b: Any) -> Any:
@@ -296,20 +301,10 @@ def row_sample(vocab: int, gpu: bool) -> tirx.PrimFunc:
                     uses_top_p: T.let[T.bool] = top_p[row] < T.float32(1)
                     # Pass 1: the argmax, the greedy token and the row maximum m (scaled
                     # logits s = (l - m) / t are then all <= 0).
-                    best[0] = T.float32("-inf")
-                    best_index[0] = T.int32(0)
                     # Written twice so TVM keeps it a register instead of re-reading the
                     # reduction's shared-memory result in every later pass.
                     shift[0] = T.float32(0)
-                    for outer in T.serial(outers):
-                        load(logits, row, outer, tx, values)
-                        for u in T.serial(UNROLL):
-                            j: T.let[T.int32] = index(outer, u, tx)
-                            if j < vocab:
-                                if _better(values[u], j, best[0], best_index[0]):
-                                    best[0] = values[u]
-                                    best_index[0] = j
-                    all_reduce_argmax(tx, best_index, best, top_index, top)
+                    argmax_pass(logits, row, tx, values, best, best_index, top_index, top)
                     shift[0] = top[0]
                     chosen[0] = top_index[0]
                     # min_p keeps |s| <= |log(min_p)|.
