@@ -20,7 +20,6 @@ from vllm_tvm.runtime.engine import LLMEngine, PromptInput
 from vllm_tvm.runtime.outputs import RequestOutput
 from vllm_tvm.runtime.sampling_params import SamplingParams
 
-WARMUP_PROMPT_LEN = 8
 WARMUP_OUTPUT_LEN = 4
 
 
