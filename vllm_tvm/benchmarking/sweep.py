@@ -55,9 +55,9 @@ def run_benchmark(config: BenchConfig, on_level: LevelCallback | None = None) ->
     loaded = time.perf_counter()
     check_fits(workload.max_prompt_len, config.output_len, engine.max_model_len)
 
-    # A full-length warmup prompt: the first forward of a row count pays one-time setup
-    # (cuBLASLt's algorithm choice for that shape, measured ≈ 10 ms on the H200 for a
-    # 1,024-token prefill), which must not land in the first measured request's TTFT.
+    # A full-length warmup prompt: the first forward of a new size pays one-time setup
+    # (cuBLASLt's algorithm choice per row count, first allocations of that size: ≈ 10 ms
+    # on the H200 for a 1,024-token prefill), which must not land in a measured TTFT.
     warmup_len = workload.max_prompt_len
     warmup_prompt = random_prompt_ids(1, warmup_len, engine.runner.vocab_size, config.seed + 1)[0]
     warm_up(
