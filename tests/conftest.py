@@ -45,3 +45,25 @@ def cuda_artifact(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> P
     code = cli_main([*arguments, "--dtype", "bfloat16", "--output", str(output)])
     assert code == 0
     return output
+
+
+@pytest.fixture(scope="session")
+def server_farm(tmp_path_factory: pytest.TempPathFactory):
+    """The run's engine over the tiny chat checkpoint, and its servers (server_helpers.py)."""
+    from server_helpers import make_server_model, start_farm
+
+    farm = start_farm(make_server_model(tmp_path_factory.mktemp("server_model")))
+    yield farm
+    farm.stop()
+
+
+@pytest.fixture(scope="module")
+def server(server_farm):
+    """The farm's default server (engine options of the tiny chat checkpoint)."""
+    return server_farm.server()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """An OpenAI client on `server`."""
+    return server.client()

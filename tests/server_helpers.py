@@ -14,12 +14,10 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 import uvicorn
 from openai import OpenAI
 from tiny_models import TinyModelSpec, make_tiny_model
@@ -132,20 +130,6 @@ def start_farm(model_dir: Path, **engine_overrides: Any) -> ServerFarm:
     constraints = GrammarConstraints(llm.tokenizer, llm.runner.vocab_size, llm.eos_token_ids)
     llm.logits_hooks.append(constraints)
     return ServerFarm(model_dir, AsyncEngine(llm), constraints)
-
-
-_FARM: list[ServerFarm] = []
-
-
-@pytest.fixture(scope="session")
-def server_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFarm]:
-    """The run's engine over the tiny chat checkpoint, and its servers (one for the whole
-    run, however many test modules import this fixture)."""
-    if not _FARM:
-        _FARM.append(start_farm(make_server_model(tmp_path_factory.mktemp("server_model"))))
-    yield _FARM[0]
-    if _FARM:
-        _FARM.pop().stop()
 
 
 def wait_until(condition: Any, timeout: float = 30.0) -> bool:

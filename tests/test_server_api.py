@@ -17,16 +17,11 @@ import socket
 import httpx2 as httpx
 import openai
 import pytest
-from server_helpers import MODEL_NAME, server_farm, wait_until  # noqa: F401
+from server_helpers import MODEL_NAME, wait_until
 
 from vllm_tvm import __version__
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(scope="module")
-def server(server_farm):  # noqa: F811
-    return server_farm.server()
 
 
 def test_models_lists_the_served_name_and_length(server):
@@ -100,7 +95,7 @@ def test_metrics_count_generated_tokens(server):
     assert generated() == before + 5
 
 
-def test_disabled_metrics_are_a_404(server_farm):  # noqa: F811
+def test_disabled_metrics_are_a_404(server_farm):
     server = server_farm.server(enable_metrics=False)
     assert httpx.get(server.url + "/metrics").status_code == 404
 
@@ -137,7 +132,7 @@ def test_tokenize_renders_chat_messages_with_the_template(server):
 # ---------------------------------------------------------------------------- authentication
 
 
-def test_api_key_is_required_on_api_routes(server_farm):  # noqa: F811
+def test_api_key_is_required_on_api_routes(server_farm):
     server = server_farm.server(api_key="sesame")
     with pytest.raises(openai.AuthenticationError):
         server.client(api_key="wrong").models.list()
@@ -147,12 +142,12 @@ def test_api_key_is_required_on_api_routes(server_farm):  # noqa: F811
         assert response.json()["error"]["code"] == 401
 
 
-def test_api_key_opens_the_api(server_farm):  # noqa: F811
+def test_api_key_opens_the_api(server_farm):
     server = server_farm.server(api_key="sesame")
     assert server.client(api_key="sesame").models.list().data[0].id == MODEL_NAME
 
 
-def test_liveness_routes_need_no_api_key(server_farm):  # noqa: F811
+def test_liveness_routes_need_no_api_key(server_farm):
     server = server_farm.server(api_key="sesame")
     assert httpx.get(server.url + "/health").status_code == 200
     assert httpx.post(server.url + "/ping").status_code == 200
@@ -302,14 +297,14 @@ def _rendered(server, messages, **extra) -> str:
     ]
 
 
-def test_chat_template_flag_replaces_the_checkpoints(server_farm, tmp_path):  # noqa: F811
+def test_chat_template_flag_replaces_the_checkpoints(server_farm, tmp_path):
     path = tmp_path / "template.jinja"
     path.write_text("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}{% endfor %}")
     server = server_farm.server(chat_template=str(path))
     assert _rendered(server, [{"role": "user", "content": "hi"}]) == "[user] hi"
 
 
-def test_enable_thinking_flag_reaches_the_template(server_farm):  # noqa: F811
+def test_enable_thinking_flag_reaches_the_template(server_farm):
     template = "thinking={{ enable_thinking }}"
     on = server_farm.server(chat_template=template, enable_thinking=True)
     assert _rendered(on, [{"role": "user", "content": "x"}]) == "thinking=True"
@@ -319,7 +314,7 @@ def test_enable_thinking_flag_reaches_the_template(server_farm):  # noqa: F811
     assert overridden == "thinking=False"
 
 
-def test_request_and_output_logging_cut_to_max_log_len(server_farm, caplog):  # noqa: F811
+def test_request_and_output_logging_cut_to_max_log_len(server_farm, caplog):
     server = server_farm.server(enable_log_requests=True, enable_log_outputs=True, max_log_len=7)
     with caplog.at_level("INFO", logger="vllm_tvm.server"):
         server.client().completions.create(

@@ -22,7 +22,7 @@ import httpx2 as httpx
 import jsonschema_rs
 import openai
 import pytest
-from server_helpers import MODEL_NAME, server_farm  # noqa: F401
+from server_helpers import MODEL_NAME
 from tool_parser_templates import assistant_turn, load_template
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -69,16 +69,6 @@ CALLS = [
 def force(text: str) -> dict[str, Any]:
     """Extra body fields that make the model generate exactly `text`."""
     return {"structured_outputs": {"choice": [text]}}
-
-
-@pytest.fixture(scope="module")
-def server(server_farm):  # noqa: F811
-    return server_farm.server()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
 
 
 def test_plain_chat_answers_as_the_assistant(client, server):
@@ -219,7 +209,7 @@ def _decoded(calls: list[Any]) -> list[tuple[str, Any]]:
 
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.parser)
-def test_tool_calls_are_parsed_from_each_dialect(server_farm, dialect):  # noqa: F811
+def test_tool_calls_are_parsed_from_each_dialect(server_farm, dialect):
     calls = CALLS[:1] if dialect.parser == "llama3_json" else CALLS
     text = dialect_turn(dialect, calls)
     client = server_farm.server(tool_call_parser=dialect.parser).client()
@@ -355,7 +345,7 @@ def test_named_tool_choice_outside_tools_is_a_400(client):
 REASONED = "<think>Two and two make four.</think>The answer is 4."
 
 
-def test_reasoning_is_split_from_the_answer(server_farm):  # noqa: F811
+def test_reasoning_is_split_from_the_answer(server_farm):
     client = server_farm.server(reasoning_parser="deepseek_r1").client()
     result = client.chat.completions.create(
         model=MODEL_NAME, messages=USER, extra_body=force(REASONED)
@@ -365,7 +355,7 @@ def test_reasoning_is_split_from_the_answer(server_farm):  # noqa: F811
     assert message.content == "The answer is 4."
 
 
-def test_reasoning_streams_as_reasoning_content_deltas(server_farm):  # noqa: F811
+def test_reasoning_streams_as_reasoning_content_deltas(server_farm):
     client = server_farm.server(reasoning_parser="deepseek_r1").client()
     reasoning, content = "", ""
     for chunk in client.chat.completions.create(

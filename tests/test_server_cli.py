@@ -17,7 +17,7 @@ import threading
 
 import httpx2 as httpx
 import pytest
-from server_helpers import server_farm, wait_until  # noqa: F401
+from server_helpers import wait_until
 
 from vllm_tvm.cli.main import build_parser
 from vllm_tvm.cli.serve_cmd import NOT_IMPLEMENTED, config_from_args
@@ -105,7 +105,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_sigterm_finishes_the_stream_in_flight_and_exits(server_farm):  # noqa: F811
+def test_sigterm_finishes_the_stream_in_flight_and_exits(server_farm):
     port = _free_port()
     command = [
         sys.executable, "-m", "vllm_tvm.cli.main", "serve", str(server_farm.model_dir),

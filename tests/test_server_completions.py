@@ -14,20 +14,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from server_helpers import MODEL_NAME, server_farm  # noqa: F401
+from server_helpers import MODEL_NAME
 from tiny_models import load_oracle
 
 GREEDY = {"temperature": 0.0}
-
-
-@pytest.fixture(scope="module")
-def server(server_farm):  # noqa: F811
-    return server_farm.server()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
 
 
 def _ids(server, text: str) -> list[int]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 from server_fuzz import FUZZ_ENGINE, engine_still_serves, fuzz
-from server_helpers import server_farm, start_farm  # noqa: F401
+from server_helpers import start_farm
 
 CI_EXAMPLES = 200
 
 
 @pytest.fixture(scope="module")
-def fuzzed(server_farm):  # noqa: F811
+def fuzzed(server_farm):
     farm = start_farm(server_farm.model_dir, **FUZZ_ENGINE)
     yield farm.server()
     farm.stop()
