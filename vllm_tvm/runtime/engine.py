@@ -134,8 +134,7 @@ class LLMEngine:
         """Called as hook(sequences, logits) before each host sampling, to mask rows in place
         (structured output registers one). The rows of sequences that sample on the device
         are not passed: a hook with a `constrains(seq) -> bool` method keeps the sequences
-        it answers True for on the host; a hook with `__len__` keeps every row on the host
-        while its length is not 0; any other hook keeps every row on the host."""
+        it answers True for on the host; any other hook keeps every row on the host."""
         self.device_sampling = device_sampling_enabled()
         """Whether rows that need nothing host-only are sampled on the device (default on;
         `VLLM_TVM_DEVICE_SAMPLING=0` turns it off; see device_sampling.py)."""
@@ -381,13 +380,10 @@ class LLMEngine:
 
     def _hook_may_mask(self, seq: Sequence) -> bool:
         """Whether a logits hook may change `seq`'s row: a hook with `constrains(seq)` says
-        so itself, one with a length is idle at length 0, any other one may mask any row."""
+        so itself, any other one may mask any row."""
         for hook in self.logits_hooks:
             constrains = getattr(hook, "constrains", None)
-            if callable(constrains):
-                if constrains(seq):
-                    return True
-            elif not (hasattr(hook, "__len__") and len(hook) == 0):  # type: ignore[arg-type]
+            if not callable(constrains) or constrains(seq):
                 return True
         return False
 
