@@ -28,7 +28,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from vllm_tvm.artifacts.manifest import read_manifest
-from vllm_tvm.runtime.model_runner import ModelRunner
+from vllm_tvm.runtime.model.runner import ModelRunner
 
 
 def make_oracle(config_dir: Path, seed: int = 0) -> torch.nn.Module:
@@ -388,7 +388,7 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from vllm_tvm.runtime.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
 
     tvm = load_runtime(require_cuda=True)
     report: dict = {"gpu": torch.cuda.get_device_name(), "runs": {}}

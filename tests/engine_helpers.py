@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from tiny_models import CORPUS
 
-from vllm_tvm.runtime.kv_cache import COMPILED_PAGE_SIZE
-from vllm_tvm.runtime.llm import LLM
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 

@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf_synth import convert, model_metadata, random_hf_model, write_gguf
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from vllm_tvm.runtime.model_runner import ModelRunner
+from vllm_tvm.runtime.model.runner import ModelRunner
 
 # Rows of every matrix are whole 32-value blocks; two KV heads exercise GQA and the Q/K
 # row permutation of llama files; an untied lm_head is a quantized NTLinear of its own.

@@ -22,9 +22,9 @@ import uvicorn
 from openai import OpenAI
 from tiny_models import TinyModelSpec, make_tiny_model
 
-from vllm_tvm.runtime.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine import LLMEngine
-from vllm_tvm.runtime.llm import resolve_artifact
+from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.runtime.engine.async_engine import AsyncEngine
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.server.app import build_app
 from vllm_tvm.server.config import ServerConfig

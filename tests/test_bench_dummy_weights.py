@@ -12,12 +12,12 @@ import pytest
 
 from vllm_tvm.artifacts.manifest import ParamEntry, read_manifest
 from vllm_tvm.benchmarking import BenchConfig, run_benchmark
+from vllm_tvm.entrypoints.llm import resolve_artifact
 from vllm_tvm.model_defs.registry import family_for
-from vllm_tvm.runtime.dummy_weights import DUMMY_STD, is_norm_weight, make_dummy_params
-from vllm_tvm.runtime.engine import LLMEngine
-from vllm_tvm.runtime.engine_args import EngineArgs
-from vllm_tvm.runtime.llm import resolve_artifact
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine
+from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.weights.dummy_weights import DUMMY_STD, is_norm_weight, make_dummy_params
 
 BENCH_CONFIGS = sorted((Path(__file__).parent.parent / "benchmarks" / "configs").glob("*"))
 

@@ -18,7 +18,7 @@ from detokenizer_fixtures import (
     real_tokenizer_files,
 )
 
-from vllm_tvm.runtime.detokenizer import DecodeTables, IncrementalDetokenizer
+from vllm_tvm.runtime.tokenization.detokenizer import DecodeTables, IncrementalDetokenizer
 from vllm_tvm.runtime.tokenization.tokenizer import Tokenizer, load_tokenizer
 
 BUILDERS: dict[str, Callable[[], Tokenizer]] = {

@@ -15,12 +15,12 @@ from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.artifacts.manifest import MANIFEST_NAME
-from vllm_tvm.runtime.device_logits import DeviceLogits
-from vllm_tvm.runtime.device_sampling import DEVICE_SAMPLING_ENV, needs_host_row
-from vllm_tvm.runtime.llm import LLM, resolve_artifact
-from vllm_tvm.runtime.model_runner import ModelRunner
-from vllm_tvm.runtime.sampler import SamplingContext
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.entrypoints.llm import LLM, resolve_artifact
+from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.sampling.device_sampling import DEVICE_SAMPLING_ENV, needs_host_row
+from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.sampling.sampler import SamplingContext
 
 SEEDED = SamplingParams(temperature=0.9, top_p=0.9, top_k=40, seed=21, max_tokens=12)
 

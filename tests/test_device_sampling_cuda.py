@@ -23,7 +23,7 @@ from device_sampling_helpers import (
 from vllm_tvm.compiler import cuda_build
 from vllm_tvm.compiler.pipeline import build_pipeline
 from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.runtime.device_logits import DeviceLogits
+from vllm_tvm.runtime.model.device_logits import DeviceLogits
 
 VOCAB = 128256
 ROWS = 64

@@ -8,7 +8,7 @@ from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 from engine_helpers import make_llm as make_llm  # the fixture
 from tiny_models import TINY_MODELS
 
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 MIXED_LENGTHS = [3, 70, 9, 41, 17, 1, 64, 28, 5, 52, 33, 12, 77, 21, 46, 8]
 

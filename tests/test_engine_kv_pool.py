@@ -10,14 +10,14 @@ import pytest
 from engine_helpers import GREEDY, corpus_ids, token_ids
 from engine_helpers import make_llm as make_llm  # the fixture
 
-from vllm_tvm.runtime.cache_config import (
+from vllm_tvm.runtime.kv.cache_config import (
     DeviceMemory,
     KVCacheSizeError,
     kv_memory_from_utilization,
 )
-from vllm_tvm.runtime.kv_cache import COMPILED_PAGE_SIZE
-from vllm_tvm.runtime.prefix_cache import extend_block_hashes, hash_block
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE
+from vllm_tvm.runtime.kv.prefix_cache import extend_block_hashes, hash_block
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 
 def test_default_pool_is_256_blocks_of_32_tokens(make_llm) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from engine_helpers import GREEDY, prompts_of_lengths
 from engine_helpers import make_llm as make_llm  # the fixture
 
-from vllm_tvm.runtime.metrics import Histogram
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.engine.metrics import Histogram
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 
 def test_histogram_counts_each_value_in_the_first_bucket_that_holds_it() -> None:

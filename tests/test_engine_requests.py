@@ -14,9 +14,9 @@ from engine_helpers import make_llm as make_llm  # the fixture
 from tiny_models import load_oracle
 
 from vllm_tvm.cli.main import main as cli_main
-from vllm_tvm.runtime.engine import PromptTooLongError
-from vllm_tvm.runtime.llm import LLM
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.runtime.engine.llm_engine import PromptTooLongError
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 
 def _oracle_log_softmax(model_dir, ids: list[int]) -> np.ndarray:

@@ -6,7 +6,7 @@ import pytest
 from engine_helpers import GREEDY, corpus_ids
 from engine_helpers import make_llm as make_llm  # the fixture
 
-from vllm_tvm.runtime.outputs import RequestOutput
+from vllm_tvm.runtime.engine.outputs import RequestOutput
 
 
 def _finish_order(outputs: list[RequestOutput]) -> list[int]:

@@ -10,8 +10,8 @@ import torch
 from tiny_models import TINY_MODELS, load_oracle
 
 from vllm_tvm.cli.main import main as cli_main
-from vllm_tvm.runtime.llm import LLM
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 PROMPTS = [
     "Once upon a time",

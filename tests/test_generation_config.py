@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vllm_tvm.runtime.generation_config import (
+from vllm_tvm.checkpoints.generation_config import (
     generation_defaults_from_checkpoint,
     stop_token_ids_from_checkpoint,
 )

@@ -24,8 +24,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from vllm_tvm.model_defs.gguf_config import hf_config_from_gguf
-from vllm_tvm.runtime.gguf_weights import GGUFWeights
+from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
 _COMMON = dict(
     vocab_size=64,

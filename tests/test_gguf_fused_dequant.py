@@ -26,13 +26,13 @@ from gguf_fused_dequant_helpers import (
 )
 
 from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.checkpoints.gguf_repack import repack
+from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
+from vllm_tvm.checkpoints.weight_formats import FLOAT, FORMATS
 from vllm_tvm.cli.main import build_parser
 from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
-from vllm_tvm.model_defs.weight_formats import FLOAT, FORMATS
-from vllm_tvm.runtime.gguf_repack import repack
-from vllm_tvm.runtime.gguf_weights import GGUFWeights
-from vllm_tvm.runtime.model_runner import ModelRunner
-from vllm_tvm.runtime.weights import WeightMismatchError
+from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.weights.loader import WeightMismatchError
 
 FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, *K_QUANTS]
 STEPS = 8

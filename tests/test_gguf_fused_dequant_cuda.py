@@ -17,13 +17,13 @@ from tvm import relax
 from tvm.relax.frontend import nn
 from tvm.s_tir import dlight as dl
 
+from vllm_tvm.checkpoints.model_config import read_model_config
+from vllm_tvm.checkpoints.weight_formats import FORMATS
 from vllm_tvm.compiler import cuda_build
 from vllm_tvm.compiler.build import compile_model, make_request
 from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.model_defs.checkpoint import read_model_config
 from vllm_tvm.model_defs.quant_linear import DEQUANTIZE_BLOCK, QuantWeight, apply_weight_formats
 from vllm_tvm.model_defs.registry import family_for
-from vllm_tvm.model_defs.weight_formats import FORMATS
 
 TARGET = resolve_target("cuda:sm_90a")
 

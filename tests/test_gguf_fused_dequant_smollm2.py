@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from vllm_tvm.cli.default_model import DefaultModelMissingError, default_model_path
 from vllm_tvm.compiler.build import make_request
-from vllm_tvm.runtime.default_model import DefaultModelMissingError, default_model_path
-from vllm_tvm.runtime.llm import LLM
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 
 def _model_path() -> Path | None:

@@ -27,7 +27,7 @@ from gguf_synth import (
 )
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from vllm_tvm.runtime.gguf_weights import GGUFWeights
+from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
 TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
 

@@ -10,8 +10,8 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize
 from gguf_synth import SynthTensor, write_gguf
 
-from vllm_tvm.model_defs.gguf_config import check_gguf_supported, hf_config_from_gguf
-from vllm_tvm.runtime.gguf_weights import GGUFWeights
+from vllm_tvm.checkpoints.gguf_config import check_gguf_supported, hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
 SUPPORTED_TYPES = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K"
 

@@ -19,8 +19,8 @@ from gguf_synth import SynthTensor, write_gguf
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from vllm_tvm.model_defs.gguf_config import hf_config_from_gguf
-from vllm_tvm.runtime.gguf_weights import GGUFWeights
+from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
 
 def write_llama(

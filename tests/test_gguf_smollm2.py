@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf_synth import load_with_transformers
 from transformers import LlamaConfig
 
-from vllm_tvm.runtime.gguf_weights import GGUFWeights
+from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
 
 def smollm2_path() -> Path | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vllm_tvm.runtime.llm import LLM
+from vllm_tvm.entrypoints.llm import LLM
 
 PROMPT = "Now is better than never. Although never is often better than right now."
 

@@ -11,7 +11,7 @@ import pytest
 from vllm_tvm.artifacts.manifest import ArtifactError, read_manifest
 from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
-from vllm_tvm.runtime.model_runner import ModelRunner
+from vllm_tvm.runtime.model.runner import ModelRunner
 
 
 def _edit_config(src: Path, dst: Path, **changes) -> Path:

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_tvm.runtime.sampler import (
+from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.sampling.sampler import (
     Sampler,
     SamplingContext,
     TokenLogprobs,
     make_generator,
     prompt_logprobs,
 )
-from vllm_tvm.runtime.sampling_params import SamplingParams
 
 VOCAB = 12
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_tvm.runtime.sampler import Sampler, SamplingContext
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.sampling.sampler import Sampler, SamplingContext
 
 LOGITS = np.array([2.0, 1.6, 1.1, 0.7, 0.2, -0.3, -0.9, -1.5, -2.2, -3.0], dtype=np.float32)
 DRAWS = 6000

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from vllm_tvm.runtime.sampling_params import (
+from vllm_tvm.runtime.sampling.params import (
     LOGPROBS_MODES,
     SamplingParams,
     check_logprobs_mode,

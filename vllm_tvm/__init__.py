@@ -15,11 +15,11 @@ __all__ = ["LLM", "SamplingParams", "__version__"]
 def __getattr__(name: str) -> Any:
     # Lazy: importing the package (e.g. for the CLI's --help) must not load TVM.
     if name == "LLM":
-        from vllm_tvm.runtime.llm import LLM
+        from vllm_tvm.entrypoints.llm import LLM
 
         return LLM
     if name == "SamplingParams":
-        from vllm_tvm.runtime.sampling_params import SamplingParams
+        from vllm_tvm.runtime.sampling.params import SamplingParams
 
         return SamplingParams
     raise AttributeError(name)

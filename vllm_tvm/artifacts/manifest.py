@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_tvm.model_defs.weight_formats import FLOAT
+from vllm_tvm.checkpoints.weight_formats import FLOAT
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -30,7 +30,7 @@ class ParamEntry:
     """One parameter of the compiled functions, in call order.
 
     `format` is `float` for an array of `dtype` made of the `sources`; otherwise a quantized
-    format (model_defs/weight_formats.py) and this parameter is its `plane` of the weight
+    format (checkpoints/weight_formats.py) and this parameter is its `plane` of the weight
     made of the `sources`, which must be stored in that format's ggml type.
     """
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_tvm.runtime.load_format import AUTO, check_load_format
+from vllm_tvm.runtime.weights.load_format import AUTO, check_load_format
 
 PRETOKENIZE_ENV = "VLLM_TVM_BENCH_PRETOKENIZE"
 """`0` sends prompts as strings, tokenized inside the timed run (the rollback of the

@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 
 from vllm_tvm.benchmarking.config import BenchConfig
-from vllm_tvm.runtime.cache_config import DEFAULT_BLOCK_SIZE
-from vllm_tvm.runtime.engine import LLMEngine
-from vllm_tvm.runtime.engine_args import EngineArgs
+from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine
+from vllm_tvm.runtime.kv.cache_config import DEFAULT_BLOCK_SIZE
 
 
 def resolve_bench_artifact(config: BenchConfig) -> Path:
@@ -23,7 +23,7 @@ def resolve_bench_artifact(config: BenchConfig) -> Path:
     compiled on first use."""
     if config.artifact is not None:
         return Path(config.artifact)
-    from vllm_tvm.runtime.llm import resolve_artifact
+    from vllm_tvm.entrypoints.llm import resolve_artifact
 
     return resolve_artifact(
         config.model, config.device, config.dtype, config.show_progress, config.weight_format

@@ -29,7 +29,7 @@ from vllm_tvm.benchmarking.runner import (
     warm_up,
 )
 from vllm_tvm.benchmarking.workload import Workload, build_workload, random_prompt_ids
-from vllm_tvm.runtime.engine import LLMEngine
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 
 LevelCallback = Callable[[LevelMetrics], None]
 

@@ -20,8 +20,8 @@ from vllm_tvm.benchmarking.config import (
     PRETOKENIZE_ENV,
 )
 from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
-from vllm_tvm.runtime.default_model import DEFAULT_MODEL_NAME
-from vllm_tvm.runtime.load_format import AUTO, LOAD_FORMATS
+from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.runtime.weights.load_format import AUTO, LOAD_FORMATS
 
 DEVICES = ("cpu", "cuda")
 
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from vllm_tvm.benchmarking.plots import MissingPlotDependencyError, require_matplotlib
     from vllm_tvm.benchmarking.report import table_header, table_row
-    from vllm_tvm.runtime.default_model import default_model_path
+    from vllm_tvm.cli.default_model import default_model_path
 
     if args.plot is not None:
         try:

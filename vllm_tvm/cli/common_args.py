@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from vllm_tvm.checkpoints.weight_formats import NATIVE, WEIGHT_FORMAT_MODES
 from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_TIR, GEMM_BACKENDS
-from vllm_tvm.model_defs.weight_formats import NATIVE, WEIGHT_FORMAT_MODES
 
 
 def add_dtype_argument(parser: argparse.ArgumentParser) -> None:

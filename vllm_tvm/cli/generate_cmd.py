@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
-from vllm_tvm.runtime.default_model import DEFAULT_MODEL_NAME, default_model_path
+from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME, default_model_path
 
 DEVICES = ("cpu", "cuda")
 
@@ -83,8 +83,8 @@ def _timings(metrics) -> dict[str, float]:
 def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
-    from vllm_tvm.runtime.llm import LLM
-    from vllm_tvm.runtime.sampling_params import SamplingParams
+    from vllm_tvm.entrypoints.llm import LLM
+    from vllm_tvm.runtime.sampling.params import SamplingParams
 
     params = SamplingParams(
         max_tokens=args.max_tokens,

@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from vllm_tvm.cli.common_args import add_dtype_argument
-from vllm_tvm.runtime.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.server.config import DEFAULT_MAX_LOGPROBS, DEFAULT_NUM_BLOCKS, ServerConfig
 
 DEVICES = ("cpu", "cuda")
@@ -183,7 +184,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's settings from parsed flags (the default model when none is named)."""
-    from vllm_tvm.runtime.default_model import default_model_path
+    from vllm_tvm.cli.default_model import default_model_path
 
     if args.model_tag is not None and args.model is not None and args.model_tag != args.model:
         raise ValueError(f"two models given: {args.model_tag!r} and --model {args.model!r}")
@@ -234,6 +235,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vllm_tvm.entrypoints.llm import resolve_artifact
     from vllm_tvm.server.launch import serve
 
     config = config_from_args(args)
@@ -241,5 +243,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    serve(config)
+    artifact = (
+        Path(config.artifact)
+        if config.artifact is not None
+        else resolve_artifact(Path(config.model), config.device, config.dtype)
+    )
+    serve(config, artifact)
     return 0

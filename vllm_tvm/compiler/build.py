@@ -24,6 +24,8 @@ from tvm import relax
 import vllm_tvm
 from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, write_manifest
+from vllm_tvm.checkpoints.model_config import checkpoint_dtype, is_gguf, read_model_config
+from vllm_tvm.checkpoints.weight_formats import NATIVE
 from vllm_tvm.compiler.attention import (
     cudart_link_options,
     flashinfer_build_environment,
@@ -42,10 +44,8 @@ from vllm_tvm.compiler.pipeline import build_pipeline
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
 from vllm_tvm.compiler.weight_plan import param_entry, plan_weight_formats
 from vllm_tvm.kernels.cublaslt import EXTENSION_NAME, build_cublaslt_extension
-from vllm_tvm.model_defs.checkpoint import checkpoint_dtype, is_gguf, read_model_config
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
 from vllm_tvm.model_defs.registry import family_for
-from vllm_tvm.model_defs.weight_formats import NATIVE
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 CUDA_GRAPH_ENV = "VLLM_TVM_CUDA_GRAPH"

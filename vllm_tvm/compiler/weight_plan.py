@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import ParamEntry
-from vllm_tvm.compiler.targets import TargetSpec
-from vllm_tvm.model_defs.checkpoint import is_gguf, read_gguf_tensor_types
-from vllm_tvm.model_defs.quant_linear import quantizable_weights
-from vllm_tvm.model_defs.registry import family_for
-from vllm_tvm.model_defs.weight_formats import (
+from vllm_tvm.checkpoints.model_config import is_gguf, read_gguf_tensor_types
+from vllm_tvm.checkpoints.weight_formats import (
     DEQUANTIZED,
     check_weight_format_mode,
     choose_formats,
     quant_format,
 )
+from vllm_tvm.compiler.targets import TargetSpec
+from vllm_tvm.model_defs.quant_linear import quantizable_weights
+from vllm_tvm.model_defs.registry import family_for
 
 WeightSources = Callable[[str], tuple[list[str], int]]
 

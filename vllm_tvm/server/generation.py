@@ -20,10 +20,10 @@ from http import HTTPStatus
 
 from starlette.types import Receive
 
-from vllm_tvm.runtime.async_engine import AsyncEngine
-from vllm_tvm.runtime.outputs import RequestOutput
-from vllm_tvm.runtime.sampler import TokenLogprobs
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.engine.async_engine import AsyncEngine
+from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.server.errors import APIError

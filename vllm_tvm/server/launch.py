@@ -1,5 +1,6 @@
-"""Start a server from a `ServerConfig`: resolve the artifact (compiling on first use), build
-the engine, serve the app with uvicorn until SIGTERM/SIGINT, then stop the engine.
+"""Start a server from a `ServerConfig` and a resolved artifact (the CLI resolves it, compiling
+on first use, so the server never reaches the compiler): build the engine, serve the app
+with uvicorn until SIGTERM/SIGINT, then stop the engine.
 
 Why it exists: the engine's life cycle belongs around the HTTP server, not inside the app:
 on SIGTERM uvicorn stops accepting connections and lets in-flight responses finish (for at
@@ -19,8 +20,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from vllm_tvm.runtime.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine import EngineArgs, LLMEngine
+from vllm_tvm.runtime.engine.async_engine import AsyncEngine
+from vllm_tvm.runtime.engine.llm_engine import EngineArgs, LLMEngine
 from vllm_tvm.server.config import ServerConfig
 
 if TYPE_CHECKING:
@@ -55,21 +56,14 @@ def engine_args(config: ServerConfig, artifact: str | Path) -> EngineArgs:
     )
 
 
-def build_engine(config: ServerConfig) -> AsyncEngine:
-    """Load (compiling on first use) the model and start the engine thread."""
-    from vllm_tvm.runtime.llm import resolve_artifact
-
-    artifact = (
-        Path(config.artifact)
-        if config.artifact is not None
-        else resolve_artifact(Path(config.model), config.device, config.dtype)
-    )
+def build_engine(config: ServerConfig, artifact: Path) -> AsyncEngine:
+    """Load the model from `artifact` and start the engine thread."""
     return AsyncEngine(LLMEngine.from_args(engine_args(config, artifact)))
 
 
-def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
-    """Serve until a shutdown signal (blocking). `sock` is an already bound socket to serve
-    on instead of `config.host`/`config.port`."""
+def serve(config: ServerConfig, artifact: Path, sock: socket.socket | None = None) -> None:
+    """Serve the model compiled into `artifact` until a shutdown signal (blocking). `sock`
+    is an already bound socket to serve on instead of `config.host`/`config.port`."""
     import uvicorn
 
     from vllm_tvm.server.app import build_app
@@ -77,7 +71,7 @@ def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    engine = build_engine(config)
+    engine = build_engine(config, artifact)
     try:
         app = build_app(ServingContext(engine, config))
         server = uvicorn.Server(

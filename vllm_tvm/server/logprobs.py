@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from vllm_tvm.runtime.sampler import TokenLogprobs
+from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 from vllm_tvm.runtime.tokenization import Tokenizer
 
 MASKED_LOGPROB = -9999.0

@@ -20,8 +20,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from vllm_tvm.runtime.cache_config import CacheConfig
-from vllm_tvm.runtime.metrics import EngineStats, Histogram
+from vllm_tvm.runtime.engine.metrics import EngineStats, Histogram
+from vllm_tvm.runtime.kv.cache_config import CacheConfig
 
 FINISH_REASONS = ("stop", "length", "abort", "error")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_tvm.runtime.sampling_params import SamplingParams
+from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.structured_output import (
     StructuredOutputsParams,
     structured_outputs_from_response_format,

@@ -19,8 +19,8 @@ from typing import Any
 
 from starlette.types import Receive
 
-from vllm_tvm.runtime.async_engine import AsyncEngine
-from vllm_tvm.runtime.generation_config import generation_defaults_from_checkpoint
+from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
+from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.runtime.tokenization import ChatTemplateError, Tokenizer
 from vllm_tvm.server.config import ServerConfig

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_tvm.runtime.sampler import TokenLogprobs
+from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 
 
 @dataclass

@@ -18,9 +18,9 @@ import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
 from vllm_tvm.kernels import load_artifact_extensions
-from vllm_tvm.runtime.device_logits import DeviceLogits
-from vllm_tvm.runtime.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
-from vllm_tvm.runtime.weights import load_params, open_weights
+from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.weights.loader import load_params, open_weights
 
 DEVICE_KINDS = {"cpu": "llvm", "cuda": "cuda"}
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -58,7 +58,7 @@ class ModelRunner:
         `params` are parameters already on the device in manifest order (e.g. handed over
         through DLPack by a benchmark that made them with torch); then `model_path` is unused.
         """
-        from vllm_tvm.runtime.tvm_runtime import load_runtime
+        from vllm_tvm.runtime.model.tvm_runtime import load_runtime
 
         tvm = load_runtime(require_cuda=device == "cuda")
         artifact_dir = Path(artifact_dir)

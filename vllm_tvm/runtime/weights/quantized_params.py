@@ -3,8 +3,8 @@
 Why this exists: such a parameter is one plane of a weight whose GGUF blocks the kernel
 dequantizes itself, so it is only right for a checkpoint that stores exactly those blocks.
 `check_quantized_sources` refuses any other checkpoint by tensor name before a byte of
-weight data is read; `QuantizedPlanes` repacks each weight once (gguf_repack.py) and hands
-out its planes in the manifest's order, concatenating fused q/k/v and gate/up row-wise.
+weight data is read; `QuantizedPlanes` repacks each weight once (checkpoints/gguf_repack.py)
+and hands out its planes in the manifest's order, concatenating fused q/k/v and gate/up row-wise.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import ParamEntry
-from vllm_tvm.model_defs.weight_formats import FLOAT, quant_format
-from vllm_tvm.runtime.gguf_repack import repack
-from vllm_tvm.runtime.weights import WeightMismatchError, WeightSource
+from vllm_tvm.checkpoints.gguf_repack import repack
+from vllm_tvm.checkpoints.weight_formats import FLOAT, quant_format
+from vllm_tvm.runtime.weights.loader import WeightMismatchError, WeightSource
 
 _RECOMPILE_HINT = "compile the artifact for this checkpoint, or with --weight-format dequantized"
 

@@ -4,7 +4,7 @@ Why it exists: the engine produces a float32 `[batch, vocab]` logits array per s
 for each row, the next token drawn exactly as vLLM v1 would draw it for that request's
 `SamplingParams`, plus the logprobs the request asked for. This module is that step, in
 numpy, vectorised over the batch where that is cheap. Rows that need none of the host-only
-stages are sampled on the device instead (runtime/device_sampling.py).
+stages are sampled on the device instead (runtime/sampling/device_sampling.py).
 
 How the engine uses it, once per step for the whole batch:
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vllm_tvm.runtime.sampling_params import LogprobsMode, SamplingParams, check_logprobs_mode
+from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams, check_logprobs_mode
 
 
 def make_generator(seed: int) -> np.random.Generator:
@@ -205,7 +205,7 @@ class Sampler:
     def uniforms(self, contexts: Sequence[SamplingContext]) -> np.ndarray:
         """One uniform in [0, 1) per context, the randomness of one random draw each: seeded
         contexts from their own generator, the others from the sampler's shared one. The
-        device sampler (runtime/device_sampling.py) draws through this too, so a request
+        device sampler (runtime/sampling/device_sampling.py) draws through this too, so a request
         advances its generator once per token whichever path samples it."""
         uniforms = np.empty(len(contexts))
         shared = [i for i, ctx in enumerate(contexts) if ctx.generator is None]

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from vllm_tvm.runtime.cache_config import DEFAULT_BLOCK_SIZE
-from vllm_tvm.runtime.engine import EngineArgs, LLMEngine, PromptInput, generate_all
-from vllm_tvm.runtime.generation_config import generation_defaults_from_checkpoint
-from vllm_tvm.runtime.outputs import RequestOutput
-from vllm_tvm.runtime.sampling_params import LogprobsMode, SamplingParams
-from vllm_tvm.runtime.scheduler import SchedulingPolicy
+from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
+from vllm_tvm.runtime.engine.llm_engine import EngineArgs, LLMEngine, PromptInput, generate_all
+from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.engine.scheduler import SchedulingPolicy
+from vllm_tvm.runtime.kv.cache_config import DEFAULT_BLOCK_SIZE
+from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
 
 DEVICE_TARGETS = {"cpu": "llvm", "cuda": "cuda"}
 

@@ -2,7 +2,7 @@
 
 A module of its own so that the command line can offer the choices without importing the
 runtime (which loads TVM): `auto` reads the checkpoint's weights, `dummy` makes random ones
-of the artifact's shapes on the device (runtime/dummy_weights.py).
+of the artifact's shapes on the device (runtime/weights/dummy_weights.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ What keeps a sequence on the host path (its row must reach the host sampler), fr
 - `logprobs` (the returned values need the row) and `prompt_logprobs` (the whole request);
 - `allowed_token_ids`, `bad_words`, `logit_bias`, and `min_tokens` until it is reached;
 - repetition, frequency and presence penalties;
-- a logits hook that may mask its row (the engine decides that, see engine.py);
+- a logits hook that may mask its row (the engine decides that, see engine/llm_engine.py);
 - a random draw when the artifact has no compiled `sample` (greedy still runs on device).
 Greedy rows and rows with only temperature / top_k / top_p / min_p / seed run on the device.
 
@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vllm_tvm.runtime.device_logits import DeviceLogits
-from vllm_tvm.runtime.sampler import Sampler, SamplingContext
+from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.sampler import Sampler, SamplingContext
 
 DEVICE_SAMPLING_ENV = "VLLM_TVM_DEVICE_SAMPLING"
 """`0` samples every row on the host (A/B runs, or to rule the device path out)."""

@@ -18,11 +18,11 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from vllm_tvm.runtime.engine import LLMEngine, PromptInput
-from vllm_tvm.runtime.metrics import EngineStats
-from vllm_tvm.runtime.outputs import RequestOutput
-from vllm_tvm.runtime.sampling_params import SamplingParams
-from vllm_tvm.runtime.sequence import OutputKind, Request
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
+from vllm_tvm.runtime.engine.metrics import EngineStats
+from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.engine.sequence import OutputKind, Request
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_tvm.runtime.kv_cache import COMPILED_PAGE_SIZE
+from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE
 
 DEFAULT_BLOCK_SIZE = 32
 DEFAULT_NUM_BLOCKS = 256

@@ -25,9 +25,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from vllm_tvm.runtime.block_manager import BlockManager
-from vllm_tvm.runtime.metrics import EngineMetrics
-from vllm_tvm.runtime.sequence import Sequence, SequenceStatus
+from vllm_tvm.runtime.engine.metrics import EngineMetrics
+from vllm_tvm.runtime.engine.sequence import Sequence, SequenceStatus
+from vllm_tvm.runtime.kv.block_manager import BlockManager
 
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
 POLICIES: tuple[str, ...] = get_args(SchedulingPolicy)

@@ -31,12 +31,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vllm_tvm.runtime.cache_config import CacheConfig
-from vllm_tvm.runtime.kv_cache import PagedKVCache
-from vllm_tvm.runtime.prefix_cache import BlockHash, PrefixCache, extend_block_hashes
+from vllm_tvm.runtime.kv.cache_config import CacheConfig
+from vllm_tvm.runtime.kv.kv_cache import PagedKVCache
+from vllm_tvm.runtime.kv.prefix_cache import BlockHash, PrefixCache, extend_block_hashes
 
 if TYPE_CHECKING:
-    from vllm_tvm.runtime.sequence import Sequence
+    from vllm_tvm.runtime.engine.sequence import Sequence
 
 FIRST_KV_SEQUENCE_ID = 1 << 20
 """KV sequence ids start here, leaving small ids free for direct use of the cache (tools)."""

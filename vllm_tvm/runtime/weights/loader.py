@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vllm_tvm.artifacts.manifest import ParamEntry
-from vllm_tvm.model_defs.weight_formats import FLOAT
+from vllm_tvm.checkpoints.weight_formats import FLOAT
 
 
 class WeightSource(Protocol):
@@ -42,10 +42,10 @@ def open_weights(model_path: str | Path) -> WeightSource:
     """The weight source of a model directory (safetensors) or a GGUF file."""
     path = Path(model_path)
     if path.is_file() and path.suffix == ".gguf":
-        from vllm_tvm.runtime.gguf_weights import GGUFWeights
+        from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
         return GGUFWeights(path)
-    from vllm_tvm.runtime.safetensors_weights import SafetensorsWeights
+    from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 
     return SafetensorsWeights(path)
 
@@ -63,7 +63,10 @@ def _to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
 def assemble_param(entry: ParamEntry, source: WeightSource) -> np.ndarray:
     """One parameter as a host array of the artifact's dtype and shape."""
     if entry.format != FLOAT:
-        from vllm_tvm.runtime.quantized_params import QuantizedPlanes, check_quantized_sources
+        from vllm_tvm.runtime.weights.quantized_params import (
+            QuantizedPlanes,
+            check_quantized_sources,
+        )
 
         check_quantized_sources([entry], source)
         return QuantizedPlanes(source).get(entry)
@@ -93,7 +96,7 @@ def load_params(
     """
     import tvm
 
-    from vllm_tvm.runtime.quantized_params import QuantizedPlanes, check_quantized_sources
+    from vllm_tvm.runtime.weights.quantized_params import QuantizedPlanes, check_quantized_sources
 
     check_quantized_sources(entries, source)
     planes = QuantizedPlanes(source)

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from gguf import GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
 
-from vllm_tvm.model_defs.gguf_config import (
+from vllm_tvm.checkpoints.gguf_config import (
     ROPE_FREQS_TENSOR,
     GGUFSource,
     architecture_of,

@@ -1,12 +1,12 @@
 """`LLMEngine`: requests in, one batched step at a time, `RequestOutput`s out.
 
 Why it exists: this is the loop every front end shares (`LLM.generate`, `generate --stream`,
-the async engine behind the server; `from_args` builds one, see engine_args.py).
+the async engine behind the server; `from_args` builds one, see args.py).
 `add_request` validates and queues; each `step()` asks the scheduler for a batch, runs it as
 at most two forwards (one ragged prefill for the sequences computing several tokens or the
 last of a prompt, one decode for those computing the single token they sampled last step),
 samples every sequence whose tokens are all computed (on the device when it needs nothing
-only the host sampler does, see device_sampling.py; otherwise from its logits row copied to
+only the host sampler does, see sampling/device_sampling.py; otherwise from its logits row copied to
 the host), applies the stop rules, frees what finished, and returns the outputs.
 
 An engine built without a tokenizer (`EngineArgs.skip_tokenizer_init`, for benchmarks)
@@ -30,23 +30,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from vllm_tvm.runtime.block_manager import BlockManager
-from vllm_tvm.runtime.cache_config import CacheConfig
-from vllm_tvm.runtime.detokenizer import DecodeTables, IncrementalDetokenizer
-from vllm_tvm.runtime.device_logits import DeviceLogits
-from vllm_tvm.runtime.device_sampling import (
-    device_sampling_enabled,
-    needs_host_row,
-    sample_rows,
-)
-from vllm_tvm.runtime.engine_args import EngineArgs, load_engine_parts
-from vllm_tvm.runtime.metrics import EngineMetrics
-from vllm_tvm.runtime.model_runner import ModelRunner
-from vllm_tvm.runtime.outputs import RequestOutput
-from vllm_tvm.runtime.sampler import Sampler, SamplingContext, TokenLogprobs, prompt_logprobs
-from vllm_tvm.runtime.sampling_params import LogprobsMode, SamplingParams
-from vllm_tvm.runtime.scheduler import ScheduledSequence, Scheduler, SchedulerConfig
-from vllm_tvm.runtime.sequence import (
+from vllm_tvm.runtime.engine.args import EngineArgs, load_engine_parts
+from vllm_tvm.runtime.engine.metrics import EngineMetrics
+from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig
+from vllm_tvm.runtime.engine.sequence import (
     FINISH_ABORT,
     FINISH_ERROR,
     NoTextDecoder,
@@ -54,8 +42,25 @@ from vllm_tvm.runtime.sequence import (
     Request,
     Sequence,
 )
-from vllm_tvm.runtime.stop_checker import StopChecker
+from vllm_tvm.runtime.engine.stop_checker import StopChecker
+from vllm_tvm.runtime.kv.block_manager import BlockManager
+from vllm_tvm.runtime.kv.cache_config import CacheConfig
+from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.sampling.device_sampling import (
+    device_sampling_enabled,
+    needs_host_row,
+    sample_rows,
+)
+from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
+from vllm_tvm.runtime.sampling.sampler import (
+    Sampler,
+    SamplingContext,
+    TokenLogprobs,
+    prompt_logprobs,
+)
 from vllm_tvm.runtime.tokenization import Tokenizer
+from vllm_tvm.runtime.tokenization.detokenizer import DecodeTables, IncrementalDetokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +142,7 @@ class LLMEngine:
         it answers True for on the host; any other hook keeps every row on the host."""
         self.device_sampling = device_sampling_enabled()
         """Whether rows that need nothing host-only are sampled on the device (default on;
-        `VLLM_TVM_DEVICE_SAMPLING=0` turns it off; see device_sampling.py)."""
+        `VLLM_TVM_DEVICE_SAMPLING=0` turns it off; see sampling/device_sampling.py)."""
 
     @classmethod
     def from_args(cls, args: EngineArgs) -> LLMEngine:
@@ -369,7 +374,7 @@ class LLMEngine:
         seq.prompt_logprobs.extend(entries[max(already, 0) :])
 
     def _samples_on_device(self, seq: Sequence, logits: DeviceLogits) -> bool:
-        """Whether `seq` takes its next token from the device (device_sampling.py lists
+        """Whether `seq` takes its next token from the device (sampling/device_sampling.py lists
         what keeps a row on the host)."""
         return (
             self.device_sampling

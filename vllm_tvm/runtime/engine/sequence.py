@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from vllm_tvm.runtime.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from vllm_tvm.runtime.prefix_cache import BlockHash
-from vllm_tvm.runtime.sampler import SamplingContext, TokenLogprobs
-from vllm_tvm.runtime.sampling_params import SamplingParams
-from vllm_tvm.runtime.stop_checker import StopChecker, TextDecoder
+from vllm_tvm.runtime.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from vllm_tvm.runtime.engine.stop_checker import StopChecker, TextDecoder
+from vllm_tvm.runtime.kv.prefix_cache import BlockHash
+from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.sampling.sampler import SamplingContext, TokenLogprobs
 
 OutputKind = Literal["cumulative", "delta", "final_only"]
 """What each RequestOutput of a request carries (vLLM's RequestOutputKind): everything so

@@ -4,7 +4,7 @@ Why this exists: a ggml block interleaves its scales with its values in an order
 for llama.cpp's SIMD code (Q4_1: fp16 d, fp16 m, then 16 bytes whose low nibbles hold
 values 0-15 and high nibbles values 16-31; Q6_K splits each value's low four and high two
 bits over two arrays in quarter-block order), which a TIR kernel would index with awkward
-per-block arithmetic. The planes of model_defs/weight_formats.py hold each field in value
+per-block arithmetic. The planes of checkpoints/weight_formats.py hold each field in value
 order: scales as `[rows, blocks]` arrays, int8 values as they are, and bit fields packed
 into uint32 words (value `v` of a `b`-bit field in bits `b * (v % (32 / b))` of word
 `v // (32 / b)`). Only bits move (vectorised numpy slicing, shifts and masks); no value is
@@ -19,8 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from vllm_tvm.model_defs.weight_formats import QuantFormat
-from vllm_tvm.runtime.gguf_weights import RawTensor
+from vllm_tvm.checkpoints.gguf_weights import RawTensor
+from vllm_tvm.checkpoints.weight_formats import QuantFormat
 
 Bytes = npt.NDArray[np.uint8]
 

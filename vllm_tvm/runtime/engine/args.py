@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vllm_tvm.artifacts.manifest import read_manifest
-from vllm_tvm.runtime.cache_config import (
+from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
+from vllm_tvm.runtime.engine.scheduler import SchedulerConfig, SchedulingPolicy
+from vllm_tvm.runtime.kv.cache_config import (
     DEFAULT_BLOCK_SIZE,
     CacheConfig,
     check_block_size,
@@ -28,13 +30,11 @@ from vllm_tvm.runtime.cache_config import (
     measure_device_memory,
     resolve_num_blocks,
 )
-from vllm_tvm.runtime.dummy_weights import make_dummy_params
-from vllm_tvm.runtime.generation_config import stop_token_ids_from_checkpoint
-from vllm_tvm.runtime.load_format import AUTO, DUMMY, check_load_format
-from vllm_tvm.runtime.model_runner import ModelRunner
-from vllm_tvm.runtime.sampling_params import LogprobsMode, check_logprobs_mode
-from vllm_tvm.runtime.scheduler import SchedulerConfig, SchedulingPolicy
+from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.sampling.params import LogprobsMode, check_logprobs_mode
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
+from vllm_tvm.runtime.weights.dummy_weights import make_dummy_params
+from vllm_tvm.runtime.weights.load_format import AUTO, DUMMY, check_load_format
 
 
 def merged_eos_ids(primary: list[int], checkpoint_ids: list[int]) -> list[int]:

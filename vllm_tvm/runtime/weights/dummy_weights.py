@@ -23,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vllm_tvm.artifacts.manifest import ParamEntry
-from vllm_tvm.model_defs.weight_formats import FLOAT
+from vllm_tvm.checkpoints.weight_formats import FLOAT
 
 DUMMY_STD = 0.02
 """Standard deviation of every non-norm weight."""
@@ -71,8 +71,8 @@ def make_dummy_params(
 ) -> list[Any]:
     """Every parameter of `entries` (manifest order) as a random TVM tensor on `device`
     ("cpu" or "cuda"), ready for `ModelRunner(params=...)`."""
-    from vllm_tvm.runtime.model_runner import DEVICE_KINDS
-    from vllm_tvm.runtime.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.model.runner import DEVICE_KINDS
+    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
 
     if device not in DEVICE_KINDS:
         raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS))

@@ -1,0 +1,155 @@
+"""The package's layering, read from every import statement in the source (lazy imports inside
+functions included): data flows one way, model definition -> compiler -> artifact -> runtime
+-> server, and no two subpackages import each other, directly or around a longer loop.
+
+Why a test: the layering held by convention only, and a lazy import in the wrong place (the
+runtime compiling on first use, a model definition importing kernels) went unnoticed until
+someone tried to ship the runtime without the compiler.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import vllm_tvm
+
+PACKAGE_ROOT = Path(vllm_tvm.__file__).parent
+
+ALLOWED: dict[str, set[str]] = {
+    "checkpoints": set(),
+    "model_defs": {"checkpoints"},
+    "schedules": {"checkpoints"},
+    "kernels": set(),
+    "artifacts": {"checkpoints"},
+    "compiler": {"checkpoints", "model_defs", "schedules", "kernels", "artifacts"},
+    "runtime": {"checkpoints", "artifacts", "kernels"},
+    "server": {"runtime", "checkpoints", "artifacts"},
+    "entrypoints": {"compiler", "runtime", "checkpoints", "artifacts"},
+    "benchmarking": {"entrypoints", "runtime", "checkpoints", "artifacts"},
+    "cli": {
+        "entrypoints",
+        "benchmarking",
+        "server",
+        "runtime",
+        "compiler",
+        "artifacts",
+        "checkpoints",
+        "model_defs",
+    },
+}
+"""Which subpackages each one may import. Everything not listed is refused."""
+
+SUBPACKAGES = {p.name for p in PACKAGE_ROOT.iterdir() if (p / "__init__.py").exists()}
+
+NEVER_BELOW_COMPILER = {"compiler", "schedules", "model_defs"}
+"""What a serving install lacks: the runtime and the server must never reach these."""
+
+
+def _subpackage(module: str) -> str | None:
+    """`vllm_tvm.runtime.engine.scheduler` -> `runtime`; the root package -> None."""
+    parts = module.split(".")
+    if parts[0] != "vllm_tvm" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def _module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE_ROOT.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every vllm_tvm module `path` imports, at any depth of its syntax tree."""
+    module = _module_name(path)
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                drop = node.level - 1 if is_package else node.level
+                base = base[: len(base) - drop]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] == "vllm_tvm"}
+
+
+def _package_edges() -> dict[tuple[str, str], list[str]]:
+    """(importer subpackage, imported subpackage) -> the import lines that make the edge."""
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        source = _subpackage(_module_name(path))
+        if source is None:
+            continue
+        for target_module in _imported_modules(path):
+            target = _subpackage(target_module)
+            if target in SUBPACKAGES and target != source:
+                edges[(source, target)].append(f"{_module_name(path)} -> {target_module}")
+    return edges
+
+
+def test_every_subpackage_has_a_rule() -> None:
+    assert set(ALLOWED) == SUBPACKAGES, "add the new subpackage to ALLOWED with what it may import"
+
+
+def test_runtime_and_server_never_reach_the_compiler() -> None:
+    bad = {
+        edge: lines
+        for edge, lines in _package_edges().items()
+        if edge[0] in {"runtime", "server"} and edge[1] in NEVER_BELOW_COMPILER
+    }
+    assert not bad, f"serving code imports compile-time code: {bad}"
+
+
+def test_imports_follow_the_allowed_layers() -> None:
+    bad = {
+        edge: lines
+        for edge, lines in _package_edges().items()
+        if edge[1] not in ALLOWED.get(edge[0], set())
+    }
+    assert not bad, f"imports across layers that ALLOWED does not permit: {bad}"
+
+
+def test_subpackages_form_no_cycle() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for source, target in _package_edges():
+        graph[source].add(target)
+    state: dict[str, str] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = "open"
+        for successor in sorted(graph[node]):
+            if state.get(successor) == "open":
+                loop = [*trail[trail.index(successor) :], successor] if successor in trail else []
+                pytest.fail(f"subpackages import each other in a loop: {' -> '.join(loop)}")
+            if successor not in state:
+                visit(successor, [*trail, successor])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_the_reader_sees_lazy_and_relative_imports() -> None:
+    """The rules above are only as good as the import reader: it must see an import inside
+    a function body and resolve a relative one."""
+    module = PACKAGE_ROOT / "runtime" / "engine" / "llm_engine.py"
+    imported = _imported_modules(module)
+    assert any(name.startswith("vllm_tvm.runtime.kv") for name in imported)
+    entry = _imported_modules(PACKAGE_ROOT / "entrypoints" / "llm.py")
+    assert any(name.startswith("vllm_tvm.compiler") for name in entry), (
+        "the lazy compiler import in the entry layer must be visible"
+    )

@@ -1,0 +1,1 @@
+"""Sampling: the request's parameters, the host sampler and the compiled device sampler."""

@@ -1,0 +1,1 @@
+"""Turning checkpoint tensors (or random ones) into the artifact's parameters on the device."""
