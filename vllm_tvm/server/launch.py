@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm_tvm.server")
 
 GRACEFUL_SHUTDOWN_SECONDS = 30
-SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """How long in-flight requests may run on after SIGTERM before they are aborted."""
+
+SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = EngineArgs.max_num_batched_tokens
 
@@ -86,7 +87,7 @@ def serve(config: ServerConfig, artifact: Path, sock: socket.socket | None = Non
         logger.info(
             "serving %s (max_model_len %d) on http://%s:%d",
             config.model_name,
-            engine.engine.max_model_len,
+            engine.max_model_len,
             config.host,
             config.port,
         )
