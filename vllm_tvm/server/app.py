@@ -100,7 +100,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
                     "object": "model",
                     "created": ctx.created,
                     "owned_by": "vllm-tvm",
-                    "root": ctx.config.model,
+                    "root": str(ctx.config.engine.model),
                     "parent": None,
                     "max_model_len": ctx.max_model_len,
                 }

@@ -132,7 +132,7 @@ class ServingContext:
             if config.reasoning_parser in (None, NO_PARSER)
             else get_reasoning_parser(config.reasoning_parser)
         )
-        model_path = Path(config.model)
+        model_path = Path(config.engine.model)
         self.sampling_defaults = (
             generation_defaults_from_checkpoint(model_path) if model_path.is_dir() else {}
         )
