@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tiny_models import TINY_MODELS, make_tiny_model
@@ -29,6 +31,26 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
         return made[name]
 
     return get
+
+
+@pytest.fixture
+def make_llm(tiny_model_dir) -> Iterator[Callable[..., Any]]:
+    """Factory of tiny-model LLMs (`make_llm("qwen3_qknorm", num_blocks=8)`); after the test
+    every one of them must have all its blocks free (engine_helpers.assert_all_blocks_free)."""
+    from engine_helpers import assert_all_blocks_free
+
+    from vllm_tvm.entrypoints.llm import LLM
+
+    made: list[LLM] = []
+
+    def make(name: str = "llama", **kwargs: Any) -> LLM:
+        llm = LLM(tiny_model_dir(name), device="cpu", show_progress=False, **kwargs)
+        made.append(llm)
+        return llm
+
+    yield make
+    for llm in made:
+        assert_all_blocks_free(llm)
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,11 @@
-"""Helpers of the engine tests: tiny-model `LLM`s whose KV pool is checked empty after each
-test, and prompts of chosen lengths cut from the tiny tokenizer's corpus."""
+"""Helpers of the engine tests: the check that an `LLM`'s KV pool is empty again (run on
+every `make_llm` LLM after its test, see conftest.py), and prompts of chosen lengths cut
+from the tiny tokenizer's corpus."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
 from tiny_models import CORPUS
 
 from vllm_tvm.entrypoints.llm import LLM
@@ -46,19 +45,3 @@ def assert_all_blocks_free(llm: LLM) -> None:
     config = engine.cache_config
     pages = config.num_tokens // COMPILED_PAGE_SIZE + 1  # TVM keeps one spare page
     assert llm.runner.kv_cache.available_pages() == pages
-
-
-@pytest.fixture
-def make_llm(tiny_model_dir) -> Iterator[Callable[..., LLM]]:
-    """Factory of tiny-model LLMs (`make_llm("qwen3_qknorm", num_blocks=8)`); after the test
-    every one of them must have all its blocks free."""
-    made: list[LLM] = []
-
-    def make(name: str = "llama", **kwargs: Any) -> LLM:
-        llm = LLM(tiny_model_dir(name), device="cpu", show_progress=False, **kwargs)
-        made.append(llm)
-        return llm
-
-    yield make
-    for llm in made:
-        assert_all_blocks_free(llm)

@@ -23,12 +23,12 @@ from openai import OpenAI
 from tiny_models import TinyModelSpec, make_tiny_model
 
 from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.server.app import build_app
 from vllm_tvm.server.config import ServerConfig
-from vllm_tvm.server.launch import engine_args
 from vllm_tvm.server.serving import ServingContext
 
 SERVER_MODEL = TinyModelSpec(
@@ -100,7 +100,7 @@ class ServerFarm:
 
     def base_config(self) -> ServerConfig:
         return ServerConfig(
-            model=str(self.model_dir),
+            engine=EngineArgs(model=str(self.model_dir)),
             served_model_name=[MODEL_NAME],
             enable_log_requests=False,
         )
@@ -122,11 +122,10 @@ class ServerFarm:
 
 def start_farm(model_dir: Path, **engine_overrides: Any) -> ServerFarm:
     """Compile (cached) and load the tiny chat checkpoint; an engine with no server yet.
-    `engine_overrides` are ServerConfig engine fields (default: 64 KV blocks)."""
+    `engine_overrides` are EngineArgs fields (default: 64 KV blocks)."""
     artifact = resolve_artifact(model_dir, "cpu", "auto", show_progress=False)
-    config = ServerConfig(model=str(model_dir), **{"num_blocks": 64, **engine_overrides})
-    args = replace(engine_args(config, artifact), show_progress=False, seed=0)
-    llm = LLMEngine.from_args(args)
+    options = {"num_blocks": 64, "show_progress": False, "seed": 0, **engine_overrides}
+    llm = LLMEngine.from_args(EngineArgs(model=str(model_dir), artifact=artifact, **options))
     constraints = GrammarConstraints(llm.tokenizer, llm.runner.vocab_size, llm.eos_token_ids)
     llm.logits_hooks.append(constraints)
     return ServerFarm(model_dir, AsyncEngine(llm), constraints)

@@ -64,7 +64,7 @@ def small_config(model: Path, **overrides) -> BenchConfig:
         "output_len": OUTPUT_LEN,
         "show_progress": False,
     }
-    return BenchConfig(model=model, **{**options, **overrides})
+    return BenchConfig.from_options(model, **{**options, **overrides})
 
 
 @pytest.fixture(scope="module")

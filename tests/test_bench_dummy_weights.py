@@ -12,7 +12,7 @@ import pytest
 
 from vllm_tvm.artifacts.manifest import ParamEntry, read_manifest
 from vllm_tvm.benchmarking import BenchConfig, run_benchmark
-from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.entrypoints.llm import LLM, resolve_artifact
 from vllm_tvm.model_defs.registry import family_for
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
@@ -79,8 +79,8 @@ def test_quantized_params_are_refused_by_name() -> None:
 
 
 def test_a_benchmark_runs_from_a_config_json_only_directory(config_only_dir) -> None:
-    config = BenchConfig(
-        model=config_only_dir,
+    config = BenchConfig.from_options(
+        config_only_dir,
         load_format="dummy",
         concurrency=(2,),
         input_len=8,
@@ -134,3 +134,17 @@ def test_the_shipped_benchmark_shapes_are_accepted_by_the_model_registry(path) -
     config = json.loads((path / "config.json").read_text())
     parsed = family_for(config).parse_config(config)
     assert parsed.architecture == "LlamaForCausalLM"
+
+
+def test_llm_takes_dummy_weights_and_no_tokenizer(config_only_dir, artifact) -> None:
+    llm = LLM(
+        config_only_dir,
+        artifact=artifact,
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        num_blocks=4,
+        show_progress=False,
+    )
+    (output,) = llm.generate([5, 6, 7], SamplingParams(temperature=0, max_tokens=2))
+    assert llm.tokenizer is None
+    assert len(output.outputs[0].token_ids) == 2

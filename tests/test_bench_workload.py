@@ -54,7 +54,7 @@ def test_dataset_prompts_are_tokenized_and_cut_to_input_len(tiny_model_dir, tmp_
     model = tiny_model_dir("llama")
     path = tmp_path / "prompts.txt"
     path.write_text("\n".join(TEXTS))
-    config = BenchConfig(model=model, dataset_path=path, input_len=10)
+    config = BenchConfig.from_options(model, dataset_path=path, input_len=10)
     workload = build_workload(config, count=4, vocab_size=512, tokenizer=load_tokenizer(model))
     oracle = HFTokenizer.from_file(str(model / "tokenizer.json"))
     expected = [oracle.encode(text).ids[:10] for text in [*TEXTS, TEXTS[0]]]  # cycles
@@ -64,7 +64,7 @@ def test_dataset_prompts_are_tokenized_and_cut_to_input_len(tiny_model_dir, tmp_
 
 def test_timed_string_prompts_are_text_of_input_len_tokens(tiny_model_dir) -> None:
     model = tiny_model_dir("llama")
-    config = BenchConfig(model=model, input_len=24, pretokenize=False)
+    config = BenchConfig.from_options(model, input_len=24, pretokenize=False)
     workload = build_workload(config, count=6, vocab_size=512, tokenizer=load_tokenizer(model))
     oracle = HFTokenizer.from_file(str(model / "tokenizer.json"))
     assert all(isinstance(prompt, str) for prompt in workload.prompts)
@@ -74,6 +74,6 @@ def test_timed_string_prompts_are_text_of_input_len_tokens(tiny_model_dir) -> No
 
 
 def test_a_workload_that_needs_a_tokenizer_is_refused_without_one(tmp_path) -> None:
-    config = BenchConfig(model=tmp_path, pretokenize=False)
+    config = BenchConfig.from_options(tmp_path, pretokenize=False)
     with pytest.raises(ValueError, match="needs the model's tokenizer"):
         build_workload(config, count=1, vocab_size=512, tokenizer=None)

@@ -12,7 +12,6 @@ import pytest
 import tvm
 from device_sampling_helpers import chi_square, chi_square_limit, kept_distribution, tied_rows
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
-from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.artifacts.manifest import MANIFEST_NAME
 from vllm_tvm.entrypoints.llm import LLM, resolve_artifact

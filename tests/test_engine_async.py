@@ -8,7 +8,6 @@ import contextlib
 
 import pytest
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
-from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.engine.llm_engine import PromptTooLongError

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
-from engine_helpers import make_llm as make_llm  # the fixture
 from tiny_models import TINY_MODELS
 
 from vllm_tvm.runtime.sampling.params import SamplingParams

@@ -8,7 +8,6 @@ import random
 
 import pytest
 from engine_helpers import GREEDY, corpus_ids, token_ids
-from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.runtime.kv.cache_config import (
     DeviceMemory,

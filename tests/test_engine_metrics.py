@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from engine_helpers import GREEDY, prompts_of_lengths
-from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.runtime.engine.metrics import Histogram
 from vllm_tvm.runtime.sampling.params import SamplingParams

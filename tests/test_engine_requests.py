@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
-from engine_helpers import make_llm as make_llm  # the fixture
 from tiny_models import load_oracle
 
 from vllm_tvm.cli.main import main as cli_main

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from engine_helpers import GREEDY, corpus_ids
-from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.runtime.engine.outputs import RequestOutput
 

@@ -113,7 +113,7 @@ def test_tokenize_and_detokenize_round_trip(server):
 def test_tokenize_agrees_with_the_tokenizers_library(server):
     from tokenizers import Tokenizer
 
-    oracle = Tokenizer.from_file(str(server.ctx.config.model) + "/tokenizer.json")
+    oracle = Tokenizer.from_file(str(server.ctx.config.engine.model) + "/tokenizer.json")
     text = "Paged attention keeps keys and values in blocks."
     body = {"prompt": text, "add_special_tokens": False, "return_token_strs": True}
     tokens = httpx.post(server.url + "/tokenize", json=body).json()

@@ -30,9 +30,10 @@ def parse(*argv: str):
 def test_defaults_are_the_reference_servers():
     config = parse("--model", "/models/tiny")
     assert (config.host, config.port) == ("0.0.0.0", 8000)
-    assert (config.block_size, config.num_blocks, config.max_num_seqs) == (32, 256, 32)
-    assert config.max_model_len is None and config.max_num_batched_tokens is None
-    assert config.enable_prefix_caching and config.scheduling_policy == "fcfs"
+    engine = config.engine
+    assert (engine.block_size, engine.num_blocks, engine.max_num_seqs) == (32, 256, 32)
+    assert engine.max_model_len is None and engine.max_num_batched_tokens is None
+    assert engine.enable_prefix_caching and engine.scheduling_policy == "fcfs"
     assert (config.tool_call_parser, config.reasoning_parser) == ("hermes", None)
     assert config.enable_log_requests and not config.enable_log_outputs
     assert config.max_log_len == 256 and config.enable_metrics
@@ -52,15 +53,15 @@ def test_flags_set_their_fields():
         "--disable-log-requests",
         "--disable-metrics",
     )  # fmt: skip
-    assert config.model == "/models/m.gguf" and config.model_names == ["a", "b"]
-    assert config.api_key == "k" and config.max_model_len == 1024
-    assert not config.enable_prefix_caching and config.reasoning_parser == "qwen3"
+    assert config.engine.model == "/models/m.gguf" and config.model_names == ["a", "b"]
+    assert config.api_key == "k" and config.engine.max_model_len == 1024
+    assert not config.engine.enable_prefix_caching and config.reasoning_parser == "qwen3"
     assert config.enable_thinking is True
     assert not config.enable_log_requests and not config.enable_metrics
 
 
 def test_memory_sizing_leaves_num_blocks_unset():
-    assert parse("--model", "m", "--kv-cache-memory-bytes", "1000000").num_blocks is None
+    assert parse("--model", "m", "--kv-cache-memory-bytes", "1000000").engine.num_blocks is None
 
 
 def test_unknown_flag_fails_at_startup(capsys):
@@ -95,7 +96,7 @@ def test_no_model_serves_the_embedded_default():
     except DefaultModelMissingError:
         pytest.skip("the default model package is not installed")
     config = parse()
-    assert config.model == str(path)
+    assert config.engine.model == str(path)
     assert config.model_names == [DEFAULT_MODEL_NAME]
 
 

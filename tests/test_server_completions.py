@@ -79,7 +79,7 @@ def test_n_2_returns_two_distinct_samples(client):
 
 @pytest.fixture(scope="module")
 def oracle(server):
-    return load_oracle(server.ctx.config.model)
+    return load_oracle(server.ctx.config.engine.model)
 
 
 def test_logprobs_are_the_models_log_softmax(client, server, oracle):

@@ -1,4 +1,5 @@
-"""What one benchmark run measures: `BenchConfig`, its defaults and its validation.
+"""What one benchmark run measures: `BenchConfig` (the engine's `EngineArgs` and the
+workload's options), its defaults and its validation.
 
 Why a module of its own: the CLI, the Python API and the report all read the same options,
 and every bad value (a concurrency of 0, a prompt that cannot fit the serving length) must
@@ -14,11 +15,12 @@ cost proportional to it.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
-from vllm_tvm.runtime.weights.load_format import AUTO, check_load_format
+from vllm_tvm.runtime.engine.args import EngineArgs
 
 PRETOKENIZE_ENV = "VLLM_TVM_BENCH_PRETOKENIZE"
 """`0` sends prompts as strings, tokenized inside the timed run (the rollback of the
@@ -30,7 +32,6 @@ TIMED_STRING = "timed-string"
 DEFAULT_CONCURRENCY = (1, 4, 16)
 DEFAULT_INPUT_LEN = 64
 DEFAULT_OUTPUT_LEN = 32
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 PROMPTS_PER_SLOT = 2
 """Default requests per level per unit of concurrency."""
 
@@ -43,40 +44,52 @@ def pretokenize_from_env(environ: Mapping[str, str] = os.environ) -> bool:
     return value == "1"
 
 
+def bench_engine_defaults(concurrency: Sequence[int]) -> dict[str, Any]:
+    """A benchmark engine's own defaults for engine options the caller leaves unset: a
+    batch as large as the largest concurrency level (so no level queues behind the batch
+    limit), and seed 0 (prompts, dummy weights and sampling repeat from run to run)."""
+    return {"max_num_seqs": max(concurrency, default=1), "seed": 0}
+
+
 @dataclass(frozen=True)
 class BenchConfig:
-    """Options of one benchmark run (a sweep over `concurrency`).
+    """Options of one benchmark run (a sweep over `concurrency`) on an engine of `engine`.
 
-    `num_prompts` is per level (None: 2 x the level's concurrency). `max_num_seqs` None is
-    the largest concurrency; `num_blocks` None sizes the KV pool so that every request in
-    flight at the largest concurrency holds its whole sequence (no preemption), and at least
-    one sequence of `max_model_len`. `temperature` 0 is greedy. `pretokenize` False sends
-    string prompts that the engine tokenizes inside the timed run (default: from
-    `VLLM_TVM_BENCH_PRETOKENIZE`, on unless it is 0). `dataset_path` is a text
-    file (one prompt per line) or JSONL (objects with "prompt" or "text"); its prompts are
-    cut to `input_len` tokens. `load_format="dummy"` uses random weights, so the model
+    `num_prompts` is per level (None: 2 x the level's concurrency). `engine.num_blocks`
+    None (and no memory sizing) sizes the KV pool so that every request in flight at the
+    largest concurrency holds its whole sequence (no preemption), and at least one sequence
+    of `max_model_len`. `temperature` 0 is greedy. `pretokenize` False sends string prompts
+    that the engine tokenizes inside the timed run (default: from
+    `VLLM_TVM_BENCH_PRETOKENIZE`, on unless it is 0). `dataset_path` is a text file (one
+    prompt per line) or JSONL (objects with "prompt" or "text"); its prompts are cut to
+    `input_len` tokens. `engine.load_format="dummy"` uses random weights, so the model
     directory needs only config.json.
     """
 
-    model: str | Path
+    engine: EngineArgs
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     input_len: int = DEFAULT_INPUT_LEN
     output_len: int = DEFAULT_OUTPUT_LEN
     num_prompts: int | None = None
-    device: str = "cpu"
-    dtype: str = "auto"
-    weight_format: str = "native"
-    artifact: str | Path | None = None
-    load_format: str = AUTO
-    max_model_len: int | None = None
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
-    max_num_seqs: int | None = None
-    num_blocks: int | None = None
     dataset_path: str | Path | None = None
-    seed: int = 0
     temperature: float = 0.0
     pretokenize: bool = field(default_factory=pretokenize_from_env)
-    show_progress: bool = True
+
+    @classmethod
+    def from_options(cls, model: str | Path, **options: Any) -> BenchConfig:
+        """A run of `model` from benchmark and engine options by name, engine options left
+        unset taking `bench_engine_defaults`; an unknown name is refused (TypeError)."""
+        bench_names = {item.name for item in fields(cls)} - {"engine"}
+        bench = {name: value for name, value in options.items() if name in bench_names}
+        concurrency = bench.get("concurrency", DEFAULT_CONCURRENCY)
+        engine = {name: value for name, value in options.items() if name not in bench_names}
+        engine = {**bench_engine_defaults(concurrency), **engine}
+        return cls(engine=EngineArgs.from_options(model, **engine), **bench)
+
+    @property
+    def seed(self) -> int:
+        """The seed of the prompts (the engine's, 0 when it has none)."""
+        return self.engine.seed or 0
 
     @property
     def pretokenize_mode(self) -> str:
@@ -99,12 +112,10 @@ class BenchConfig:
         for level in self.concurrency:
             if level < 1:
                 raise ValueError(f"concurrency must be >= 1, got {level}")
-        check_load_format(self.load_format)
         _positive("input_len", self.input_len)
         _positive("output_len", self.output_len)
-        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
-        for name in ("max_num_seqs", "num_blocks", "max_model_len"):
-            value = getattr(self, name)
+        for name in ("max_num_seqs", "max_num_batched_tokens", "num_blocks", "max_model_len"):
+            value = getattr(self.engine, name)
             if value is not None:
                 _positive(name, value)
         if self.num_prompts is not None:
@@ -117,8 +128,8 @@ class BenchConfig:
                 )
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.max_model_len is not None:
-            check_fits(self.input_len, self.output_len, self.max_model_len)
+        if self.engine.max_model_len is not None:
+            check_fits(self.input_len, self.output_len, self.engine.max_model_len)
         if self.dataset_path is not None and not Path(self.dataset_path).is_file():
             raise FileNotFoundError(f"dataset {self.dataset_path} is not a file")
 

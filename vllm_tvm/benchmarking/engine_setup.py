@@ -10,54 +10,47 @@ config.json-only directory with dummy weights is enough.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from vllm_tvm.benchmarking.config import BenchConfig
+from vllm_tvm.entrypoints.llm import artifact_for
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
-from vllm_tvm.runtime.kv.cache_config import DEFAULT_BLOCK_SIZE
 
 
 def resolve_bench_artifact(config: BenchConfig) -> Path:
     """The given artifact, or the cached one for (model, device, dtype, weight format),
     compiled on first use."""
-    if config.artifact is not None:
-        return Path(config.artifact)
-    from vllm_tvm.entrypoints.llm import resolve_artifact
-
-    return resolve_artifact(
-        config.model, config.device, config.dtype, config.show_progress, config.weight_format
-    )
+    return artifact_for(config.engine)
 
 
 def default_num_blocks(config: BenchConfig, max_prompt_len: int) -> int:
     """KV blocks for the largest concurrency's requests at full length (prompt + output),
     and at least one sequence of `max_model_len` when it is given."""
-    per_sequence = math.ceil((max_prompt_len + config.output_len) / DEFAULT_BLOCK_SIZE)
+    block_size = config.engine.block_size
+    per_sequence = math.ceil((max_prompt_len + config.output_len) / block_size)
     blocks = per_sequence * max(config.concurrency)
-    if config.max_model_len is not None:
-        blocks = max(blocks, math.ceil(config.max_model_len / DEFAULT_BLOCK_SIZE))
+    if config.engine.max_model_len is not None:
+        blocks = max(blocks, math.ceil(config.engine.max_model_len / block_size))
     return blocks
 
 
-def engine_args(config: BenchConfig, artifact: Path, num_blocks: int) -> EngineArgs:
-    """The engine options of a benchmark run (prefix caching on, as in vLLM)."""
-    return EngineArgs(
-        model=config.model,
+def bench_engine_args(config: BenchConfig, artifact: Path, max_prompt_len: int) -> EngineArgs:
+    """The engine options of a benchmark run: the config's, on `artifact`, with the KV pool
+    sized for the workload unless the config sizes it, and a tokenizer only when the
+    workload needs one."""
+    num_blocks = config.engine.num_blocks
+    if num_blocks is None and not config.engine.sized_from_memory:
+        num_blocks = default_num_blocks(config, max_prompt_len)
+    return replace(
+        config.engine,
         artifact=artifact,
-        device=config.device,
-        max_model_len=config.max_model_len,
-        max_num_seqs=config.max_num_seqs or max(config.concurrency),
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        block_size=DEFAULT_BLOCK_SIZE,
         num_blocks=num_blocks,
-        seed=config.seed,
-        show_progress=config.show_progress,
-        load_format=config.load_format,
         skip_tokenizer_init=not config.needs_tokenizer,
     )
 
 
-def load_bench_engine(config: BenchConfig, artifact: Path, num_blocks: int) -> LLMEngine:
+def load_bench_engine(config: BenchConfig, artifact: Path, max_prompt_len: int) -> LLMEngine:
     """Load the model (or make dummy weights) and build the engine."""
-    return LLMEngine.from_args(engine_args(config, artifact, num_blocks))
+    return LLMEngine.from_args(bench_engine_args(config, artifact, max_prompt_len))

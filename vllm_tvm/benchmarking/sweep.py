@@ -15,11 +15,7 @@ from typing import Any
 
 from vllm_tvm.artifacts.manifest import Manifest, read_manifest
 from vllm_tvm.benchmarking.config import BenchConfig, check_fits
-from vllm_tvm.benchmarking.engine_setup import (
-    default_num_blocks,
-    load_bench_engine,
-    resolve_bench_artifact,
-)
+from vllm_tvm.benchmarking.engine_setup import load_bench_engine, resolve_bench_artifact
 from vllm_tvm.benchmarking.metrics import LevelMetrics, summarize_level
 from vllm_tvm.benchmarking.report import BenchReport, host, versions
 from vllm_tvm.benchmarking.runner import (
@@ -47,11 +43,10 @@ def run_benchmark(config: BenchConfig, on_level: LevelCallback | None = None) ->
     compiled = time.perf_counter()
     manifest = read_manifest(artifact)
     workload = _workload(config, manifest)
-    if config.max_model_len is not None:
-        check_fits(workload.max_prompt_len, config.output_len, config.max_model_len)
-    num_blocks = config.num_blocks or default_num_blocks(config, workload.max_prompt_len)
+    if config.engine.max_model_len is not None:
+        check_fits(workload.max_prompt_len, config.output_len, config.engine.max_model_len)
     prepared = time.perf_counter()
-    engine = load_bench_engine(config, artifact, num_blocks)
+    engine = load_bench_engine(config, artifact, workload.max_prompt_len)
     loaded = time.perf_counter()
     check_fits(workload.max_prompt_len, config.output_len, engine.max_model_len)
 
@@ -93,7 +88,7 @@ def _workload(config: BenchConfig, manifest: Manifest) -> Workload:
     if config.needs_tokenizer:
         from vllm_tvm.runtime.tokenization import load_tokenizer
 
-        tokenizer = load_tokenizer(config.model)
+        tokenizer = load_tokenizer(config.engine.model)
     count = max(config.prompts_for(concurrency) for concurrency in config.concurrency)
     return build_workload(config, count, int(manifest.model_config["vocab_size"]), tokenizer)
 
@@ -108,16 +103,17 @@ def _conditions(
 ) -> dict[str, Any]:
     """Everything a reader needs to reproduce or compare the numbers."""
     machine = host()
-    device_name = engine.runner.device.device_name if config.device == "cuda" else machine["cpu"]
+    options = config.engine
+    device_name = engine.runner.device.device_name if options.device == "cuda" else machine["cpu"]
     return {
-        "model": str(config.model),
-        "model_name": Path(config.model).name,
+        "model": str(options.model),
+        "model_name": Path(options.model).name,
         "architecture": manifest.architecture,
-        "load_format": config.load_format,
-        "device": config.device,
+        "load_format": options.load_format,
+        "device": options.device,
         "device_name": device_name,
         "dtype": manifest.dtype,
-        "weight_format": config.weight_format,
+        "weight_format": options.weight_format,
         "target": manifest.target,
         "artifact": str(artifact),
         "workload": workload.source,

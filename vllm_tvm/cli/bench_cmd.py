@@ -15,15 +15,11 @@ from pathlib import Path
 from vllm_tvm.benchmarking.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_INPUT_LEN,
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_OUTPUT_LEN,
     PRETOKENIZE_ENV,
+    bench_engine_defaults,
 )
-from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
-from vllm_tvm.runtime.weights.load_format import AUTO, LOAD_FORMATS
-
-DEVICES = ("cpu", "cuda")
+from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,32 +28,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="measure throughput and latency at several concurrencies",
         description="Run fixed-length requests through the engine with C in flight for each "
         "concurrency C; report tokens/s, TTFT, TPOT and ITL per level. Prompts are tokenized "
-        f"before timing ({PRETOKENIZE_ENV}=0: sent as text, tokenized inside the timing).",
+        f"before timing ({PRETOKENIZE_ENV}=0: sent as text, tokenized inside the timing). "
+        "Engine flags left unset: --max-num-seqs is the largest C, --num-blocks holds every "
+        "request of the largest level at full length, --seed is 0.",
     )
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="HF model directory or .gguf file (default: the embedded "
-        f"{DEFAULT_MODEL_NAME}); with --load-format dummy a directory with config.json only",
-    )
-    parser.add_argument(
-        "--artifact", type=Path, default=None, help="prebuilt artifact (default: compile)"
-    )
-    parser.add_argument(
-        "--load-format",
-        choices=LOAD_FORMATS,
-        default=AUTO,
-        help="auto: the checkpoint's weights; dummy: random weights made on the device",
-    )
-    parser.add_argument("--device", choices=DEVICES, default="cpu")
-    add_dtype_argument(parser)
-    add_weight_format_argument(parser)
-    parser.add_argument(
-        "--max-model-len",
-        type=int,
-        default=None,
-        help="serving length (default: the model's, cut to the KV pool)",
-    )
+    add_engine_arguments(parser)
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -90,23 +65,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "default: random token ids",
     )
     parser.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        default=DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        help=f"per-step token budget (default {DEFAULT_MAX_NUM_BATCHED_TOKENS})",
-    )
-    parser.add_argument(
-        "--max-num-seqs", type=int, default=None, help="sequences per step (default: max C)"
-    )
-    parser.add_argument(
-        "--num-blocks",
-        type=int,
-        default=None,
-        help="KV pool in blocks of 32 tokens (default: every request of the largest level "
-        "at full length)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="prompts, weights, sampling (0)")
-    parser.add_argument(
         "--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)"
     )
     parser.add_argument("--output-json", type=Path, default=None, help="write the JSON report")
@@ -124,35 +82,26 @@ def run(args: argparse.Namespace) -> int:
     )
     from vllm_tvm.benchmarking.plots import MissingPlotDependencyError, require_matplotlib
     from vllm_tvm.benchmarking.report import table_header, table_row
-    from vllm_tvm.cli.default_model import default_model_path
 
     if args.plot is not None:
         try:
             require_matplotlib()
         except MissingPlotDependencyError as err:
             raise ValueError(f"--plot: {err}") from err
+    concurrency = tuple(args.concurrency)
     config = BenchConfig(
-        model=args.model if args.model is not None else default_model_path(),
-        concurrency=tuple(args.concurrency),
+        engine=engine_args_from_cli(args, **bench_engine_defaults(concurrency)),
+        concurrency=concurrency,
         input_len=args.input_len,
         output_len=args.output_len,
         num_prompts=args.num_prompts,
-        device=args.device,
-        dtype=args.dtype,
-        weight_format=args.weight_format,
-        artifact=args.artifact,
-        load_format=args.load_format,
-        max_model_len=args.max_model_len,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        num_blocks=args.num_blocks,
         dataset_path=args.dataset_path,
-        seed=args.seed,
         temperature=args.temperature,
     )
     config.validate()
     print(
-        f"bench {Path(config.model).name} on {config.device} ({config.load_format} weights), "
+        f"bench {Path(config.engine.model).name} on {config.engine.device} "
+        f"({config.engine.load_format} weights), "
         f"in {config.input_len} / out {config.output_len} tokens, {config.pretokenize_mode}",
         flush=True,
     )

@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import argparse
 
-from vllm_tvm.checkpoints.weight_formats import NATIVE, WEIGHT_FORMAT_MODES
+from vllm_tvm.checkpoints.weight_formats import WEIGHT_FORMAT_MODES
 from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_TIR, GEMM_BACKENDS
+from vllm_tvm.runtime.engine.args import default_of
 
 
 def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
-    """Add `--dtype` (default `auto`: the checkpoint's own dtype)."""
+    """Add `--dtype` (the engine's default, `auto`: the checkpoint's own dtype)."""
     parser.add_argument(
-        "--dtype", default="auto", help="auto (the checkpoint's), float32, float16, bfloat16"
+        "--dtype",
+        default=default_of("dtype"),
+        help="auto (the checkpoint's), float32, float16, bfloat16",
     )
 
 
 def add_weight_format_argument(parser: argparse.ArgumentParser) -> None:
-    """Add `--weight-format`, one of `WEIGHT_FORMAT_MODES` (default `native`)."""
+    """Add `--weight-format`, one of `WEIGHT_FORMAT_MODES` (the engine's default, `native`)."""
     parser.add_argument(
         "--weight-format",
         choices=WEIGHT_FORMAT_MODES,
-        default=NATIVE,
+        default=default_of("weight_format"),
         help="native: keep GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights quantized on the device "
         "(dequantized inside the matmul); dequantized: dequantize every weight at load",
     )

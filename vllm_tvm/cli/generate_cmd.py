@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+from dataclasses import asdict
 
-from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME, default_model_path
-
-DEVICES = ("cpu", "cuda")
+from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -19,19 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="complete one prompt",
         description="Load (compiling on first use) a model and complete one prompt.",
     )
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="HF model directory or .gguf file (default: the embedded "
-        f"{DEFAULT_MODEL_NAME}, Q4_1 GGUF)",
-    )
     parser.add_argument("--prompt", required=True, help="prompt text")
-    parser.add_argument(
-        "--artifact",
-        type=Path,
-        default=None,
-        help="prebuilt artifact directory (default: compile into the cache)",
-    )
     parser.add_argument(
         "--max-tokens",
         type=int,
@@ -43,7 +28,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus cutoff")
     parser.add_argument("--top-k", type=int, default=0, help="top-k (0 means all)")
-    parser.add_argument("--seed", type=int, default=None, help="RNG seed")
     parser.add_argument(
         "--chat",
         action="store_true",
@@ -56,12 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="load once, run N completions, report warm decode tok/s",
     )
-    parser.add_argument("--device", choices=DEVICES, default="cpu")
-    add_dtype_argument(parser)
-    add_weight_format_argument(parser)
-    parser.add_argument(
-        "--max-model-len", type=int, default=None, help="context length (default: the model's)"
-    )
+    add_engine_arguments(parser)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -93,17 +72,7 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
     )
-    show_progress = not args.json
-    model = args.model if args.model is not None else default_model_path()
-    llm = LLM(
-        model,
-        artifact=args.artifact,
-        device=args.device,
-        dtype=args.dtype,
-        max_model_len=args.max_model_len,
-        weight_format=args.weight_format,
-        show_progress=show_progress,
-    )
+    llm = LLM(**asdict(engine_args_from_cli(args, show_progress=not args.json)))
     prompt: str | list[int] = args.prompt
     if args.chat:
         rendered = llm.tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-from vllm_tvm.cli.common_args import add_dtype_argument
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
-from vllm_tvm.server.config import DEFAULT_MAX_LOGPROBS, DEFAULT_NUM_BLOCKS, ServerConfig
-
-DEVICES = ("cpu", "cuda")
+from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
+from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
+from vllm_tvm.server.config import DEFAULT_MAX_LOGPROBS, ServerConfig
 
 NOT_IMPLEMENTED = (
     "--speculative-config",
@@ -73,11 +72,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "model_tag", nargs="?", default=None, metavar="MODEL", help="same as --model"
     )
-    parser.add_argument(
-        "--model",
-        default=None,
-        help=f"HF model directory or .gguf file (default: the embedded {DEFAULT_MODEL_NAME})",
-    )
     parser.add_argument("--host", default="0.0.0.0", help="bind host (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=8000, help="bind port (default 8000)")
     parser.add_argument(
@@ -92,47 +86,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="require 'Authorization: Bearer KEY' on every route but /health and /ping "
         "(default: $VLLM_API_KEY)",
     )
-    parser.add_argument("--artifact", default=None, help="prebuilt artifact directory")
-    parser.add_argument("--device", choices=DEVICES, default="cpu")
-    add_dtype_argument(parser)
-    parser.add_argument("--block-size", type=int, default=32, help="KV block size (32)")
-    parser.add_argument(
-        "--num-blocks",
-        type=int,
-        default=None,
-        help=f"KV blocks ({DEFAULT_NUM_BLOCKS} unless sized from memory)",
-    )
-    parser.add_argument(
-        "--kv-cache-memory-bytes", type=int, default=None, help="size the KV pool in bytes"
-    )
-    parser.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=None,
-        help="size the KV pool from this fraction of device memory",
-    )
-    parser.add_argument(
-        "--max-model-len", type=int, default=0, help="max sequence length (0: fit the pool)"
-    )
-    parser.add_argument("--max-num-seqs", type=int, default=32, help="max concurrent sequences")
-    parser.add_argument(
-        "--max-num-batched-tokens", type=int, default=0, help="per-step token budget (0: 2048)"
-    )
-    parser.add_argument(
-        "--enable-prefix-caching",
-        "--enable-radix-attention",
-        dest="enable_prefix_caching",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="automatic prefix caching (default on)",
-    )
-    parser.add_argument(
-        "--disable-radix-attention", dest="enable_prefix_caching", action="store_false"
-    )
-    parser.add_argument(
-        "--scheduling-policy", default="fcfs", help="fcfs (default), priority or lpm"
-    )
-    parser.add_argument("--seed", type=int, default=None, help="seed of unseeded sampling")
+    add_engine_arguments(parser)
     parser.add_argument(
         "--max-logprobs",
         type=int,
@@ -193,33 +147,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if model is None:
         model = str(default_model_path())
         served = served or [DEFAULT_MODEL_NAME]
-    sized_from_memory = args.kv_cache_memory_bytes is not None or (
-        args.gpu_memory_utilization is not None
-    )
-    num_blocks = args.num_blocks
-    if num_blocks is None and not sized_from_memory:
-        num_blocks = DEFAULT_NUM_BLOCKS
     return ServerConfig(
-        model=str(model),
+        engine=serve_engine_args(args, model),
         served_model_name=list(served or []),
         host=args.host,
         port=args.port,
         api_key=args.api_key,
-        artifact=args.artifact,
-        device=args.device,
-        dtype=args.dtype,
-        block_size=args.block_size,
-        num_blocks=num_blocks,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len if args.max_model_len > 0 else None,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=(
-            args.max_num_batched_tokens if args.max_num_batched_tokens > 0 else None
-        ),
-        enable_prefix_caching=args.enable_prefix_caching,
-        scheduling_policy=args.scheduling_policy,
-        seed=args.seed,
         max_logprobs=args.max_logprobs,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
@@ -234,8 +167,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+def serve_engine_args(args: argparse.Namespace, model: str) -> EngineArgs:
+    """The engine flags on `model` (the positional MODEL, --model or the default), where
+    serve differs from the engine: the pool is shown as the reference server's
+    DEFAULT_NUM_BLOCKS (what the engine makes of no sizing at all) unless a flag sizes it."""
+    engine = engine_args_from_cli(args, model=model)
+    if engine.num_blocks is None and not engine.sized_from_memory:
+        engine = replace(engine, num_blocks=DEFAULT_NUM_BLOCKS)
+    return engine
+
+
 def run(args: argparse.Namespace) -> int:
-    from vllm_tvm.entrypoints.llm import resolve_artifact
+    from vllm_tvm.entrypoints.llm import artifact_for
     from vllm_tvm.server.launch import serve
 
     config = config_from_args(args)
@@ -243,10 +186,5 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    artifact = (
-        Path(config.artifact)
-        if config.artifact is not None
-        else resolve_artifact(Path(config.model), config.device, config.dtype)
-    )
-    serve(config, artifact)
+    serve(replace(config, engine=replace(config.engine, artifact=artifact_for(config.engine))))
     return 0

@@ -9,16 +9,17 @@ batching, prefix caching), `stream` yields one request's output as it grows.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
-from vllm_tvm.runtime.engine.llm_engine import EngineArgs, LLMEngine, PromptInput, generate_all
+from vllm_tvm.checkpoints.weight_formats import NATIVE
+from vllm_tvm.runtime.devices import target_kind_for
+from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput, generate_all
 from vllm_tvm.runtime.engine.outputs import RequestOutput
-from vllm_tvm.runtime.engine.scheduler import SchedulingPolicy
-from vllm_tvm.runtime.kv.cache_config import DEFAULT_BLOCK_SIZE
-from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
-
-DEVICE_TARGETS = {"cpu": "llvm", "cuda": "cuda"}
+from vllm_tvm.runtime.sampling.params import SamplingParams
 
 
 def resolve_artifact(
@@ -26,68 +27,36 @@ def resolve_artifact(
     device: str,
     dtype: str,
     show_progress: bool = True,
-    weight_format: str = "native",
+    weight_format: str = NATIVE,
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format),
     compiled if absent. `weight_format`: `native` keeps supported GGUF quant types
     quantized on the device, `dequantized` stores every weight as floats."""
     from vllm_tvm.compiler.build import compile_cached, make_request
 
-    if device not in DEVICE_TARGETS:
-        raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_TARGETS))
-    request = make_request(model, DEVICE_TARGETS[device], dtype, weight_format)
+    request = make_request(model, target_kind_for(device), dtype, weight_format)
     return compile_cached(request, show_progress)
 
 
-class LLM:
-    """A loaded model ready to generate (see `EngineArgs` for the engine's options)."""
+def artifact_for(args: EngineArgs) -> Path:
+    """The artifact of `args`: the given one, else the cached build for its model, device,
+    dtype and weight format (compiled on first use)."""
+    if args.artifact is not None:
+        return Path(args.artifact)
+    return resolve_artifact(
+        args.model, args.device, args.dtype, args.show_progress, args.weight_format
+    )
 
-    def __init__(
-        self,
-        model: str | Path,
-        *,
-        artifact: str | Path | None = None,
-        device: str = "cpu",
-        dtype: str = "auto",
-        max_model_len: int | None = None,
-        max_num_seqs: int = 32,
-        max_num_batched_tokens: int = 2048,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        num_blocks: int | None = None,
-        kv_cache_memory: int | None = None,
-        gpu_memory_utilization: float | None = None,
-        enable_prefix_caching: bool = True,
-        scheduling_policy: SchedulingPolicy = "fcfs",
-        logprobs_mode: LogprobsMode = "raw_logprobs",
-        seed: int | None = None,
-        show_progress: bool = True,
-        weight_format: str = "native",
-    ) -> None:
+
+class LLM:
+    """A loaded model ready to generate. `options` are `EngineArgs` fields (device, dtype,
+    max_model_len, num_blocks, load_format, skip_tokenizer_init, ...); any other name is
+    refused with a TypeError naming it."""
+
+    def __init__(self, model: str | Path, **options: Any) -> None:
         self.model_path = Path(model)
-        artifact_dir = (
-            Path(artifact)
-            if artifact is not None
-            else resolve_artifact(self.model_path, device, dtype, show_progress, weight_format)
-        )
-        self.engine = LLMEngine.from_args(
-            EngineArgs(
-                model=self.model_path,
-                artifact=artifact_dir,
-                device=device,
-                max_model_len=max_model_len,
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens,
-                block_size=block_size,
-                num_blocks=num_blocks,
-                kv_cache_memory=kv_cache_memory,
-                gpu_memory_utilization=gpu_memory_utilization,
-                enable_prefix_caching=enable_prefix_caching,
-                scheduling_policy=scheduling_policy,
-                logprobs_mode=logprobs_mode,
-                seed=seed,
-                show_progress=show_progress,
-            )
-        )
+        args = EngineArgs.from_options(self.model_path, **options)
+        self.engine = LLMEngine.from_args(replace(args, artifact=artifact_for(args)))
         self.tokenizer = self.engine.tokenizer
         self.runner = self.engine.runner
         self.eos_token_ids = self.engine.eos_token_ids

@@ -77,7 +77,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
     app = FastAPI(title="vllm-tvm OpenAI-compatible server", version=__version__)
     app.state.ctx = ctx
     install_error_handlers(app)
-    registry = metrics_registry(ctx.engine.stats, ctx.model_name, ctx.engine.engine.cache_config)
+    registry = metrics_registry(ctx.engine.stats, ctx.model_name, ctx.engine.cache_config)
 
     if ctx.config.api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=ctx.config.api_key)
@@ -100,7 +100,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
                     "object": "model",
                     "created": ctx.created,
                     "owned_by": "vllm-tvm",
-                    "root": ctx.config.model,
+                    "root": str(ctx.config.engine.model),
                     "parent": None,
                     "max_model_len": ctx.max_model_len,
                 }
@@ -167,7 +167,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
 
     @app.get("/server_info")
     async def server_info() -> dict[str, Any]:
-        engine = ctx.engine.engine
+        engine = ctx.engine
         return {
             "vllm_config": {
                 "server": ctx.config.public_dict(),

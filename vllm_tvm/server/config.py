@@ -1,10 +1,11 @@
 """Everything `vllm-tvm serve` is configured with, as one object the CLI fills and the
-server reads.
+server reads: the engine's options (`EngineArgs`, the one definition of them and their
+defaults) and the server's own settings.
 
 Why it exists: the command line, the tests (which start servers in-process) and the
 `/server_info` route all need the same settings with the same defaults, the reference
-server's: port 8000 on 0.0.0.0, 256 KV blocks of 32 tokens, up to 32 sequences at once,
-the hermes tool-call parser, no reasoning parser, request logging and metrics on.
+server's: port 8000 on 0.0.0.0, the hermes tool-call parser, no reasoning parser, request
+logging and metrics on.
 """
 
 from __future__ import annotations
@@ -13,38 +14,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Literal here, not imported from the runtime: the CLI builds its parser from this module
-# and must not load TVM for --help. The engine validates both values.
-DEFAULT_BLOCK_SIZE = 32
-DEFAULT_NUM_BLOCKS = 256
+from vllm_tvm.runtime.engine.args import EngineArgs
+
 DEFAULT_MAX_LOGPROBS = 20
 
 
 @dataclass
 class ServerConfig:
-    """Settings of one server. `model` is a model directory or a .gguf file; engine fields
-    mirror `EngineArgs` (None: the engine's default); `chat_template` is template text or
-    a template name the checkpoint ships (None: the checkpoint's); `enable_thinking` None
-    leaves the template's own default."""
+    """Settings of one server. `engine.model` is a model directory or a .gguf file;
+    `chat_template` is template text or a template name the checkpoint ships (None: the
+    checkpoint's); `enable_thinking` None leaves the template's own default."""
 
-    model: str
+    engine: EngineArgs
     served_model_name: list[str] = field(default_factory=list)
     host: str = "0.0.0.0"
     port: int = 8000
     api_key: str | None = None
-    artifact: str | None = None
-    device: str = "cpu"
-    dtype: str = "auto"
-    block_size: int = DEFAULT_BLOCK_SIZE
-    num_blocks: int | None = DEFAULT_NUM_BLOCKS
-    kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int | None = None
-    enable_prefix_caching: bool = True
-    scheduling_policy: str = "fcfs"
-    seed: int | None = None
     max_logprobs: int = DEFAULT_MAX_LOGPROBS
     tool_call_parser: str = "hermes"
     reasoning_parser: str | None = None
@@ -62,7 +47,7 @@ class ServerConfig:
         """The id responses carry: the first served name, else the model's base name."""
         if self.served_model_name:
             return self.served_model_name[0]
-        path = Path(self.model)
+        path = Path(self.engine.model)
         return path.stem if path.suffix == ".gguf" else path.name
 
     @property

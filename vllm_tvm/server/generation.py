@@ -137,11 +137,10 @@ class Generation:
             if len(prompts) == 1
             else [f"{request_id}-{i}" for i in range(len(prompts))]
         )
-        vocab_size = engine.engine.runner.vocab_size
         try:
-            params.verify_for_vocab(vocab_size, max_logprobs)
+            params.verify_for_vocab(engine.vocab_size, max_logprobs)
             for prompt, rid in zip(prompts, ids, strict=True):
-                engine.engine.make_request(prompt.token_ids, params, rid, priority, "delta")
+                engine.check_request(prompt.token_ids, params, rid, priority)
         except (ValueError, TypeError) as err:
             raise APIError(str(err)) from err
         generation = cls(engine, constraints, ids, prompts, params, priority)

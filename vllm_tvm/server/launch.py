@@ -1,6 +1,6 @@
-"""Start a server from a `ServerConfig` and a resolved artifact (the CLI resolves it, compiling
-on first use, so the server never reaches the compiler): build the engine, serve the app
-with uvicorn until SIGTERM/SIGINT, then stop the engine.
+"""Start a server from a `ServerConfig` whose engine artifact is resolved (the CLI resolves it,
+compiling on first use, so the server never reaches the compiler): build the engine, serve
+the app with uvicorn until SIGTERM/SIGINT, then stop the engine.
 
 Why it exists: the engine's life cycle belongs around the HTTP server, not inside the app:
 on SIGTERM uvicorn stops accepting connections and lets in-flight responses finish (for at
@@ -16,12 +16,12 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine.llm_engine import EngineArgs, LLMEngine
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.server.config import ServerConfig
 
 if TYPE_CHECKING:
@@ -30,40 +30,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger("vllm_tvm.server")
 
 GRACEFUL_SHUTDOWN_SECONDS = 30
-SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """How long in-flight requests may run on after SIGTERM before they are aborted."""
 
-DEFAULT_MAX_NUM_BATCHED_TOKENS = EngineArgs.max_num_batched_tokens
+SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def engine_args(config: ServerConfig, artifact: str | Path) -> EngineArgs:
-    """The engine's arguments from the server's settings."""
-    return EngineArgs(
-        model=config.model,
-        artifact=artifact,
-        device=config.device,
-        max_model_len=config.max_model_len,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        block_size=config.block_size,
-        num_blocks=config.num_blocks,
-        kv_cache_memory=config.kv_cache_memory_bytes,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        enable_prefix_caching=config.enable_prefix_caching,
-        scheduling_policy=config.scheduling_policy,  # type: ignore[arg-type]
-        seed=config.seed,
-        show_progress=True,
-    )
+def build_engine(args: EngineArgs) -> AsyncEngine:
+    """Load the model from `args.artifact` and start the engine thread."""
+    return AsyncEngine(LLMEngine.from_args(args))
 
 
-def build_engine(config: ServerConfig, artifact: Path) -> AsyncEngine:
-    """Load the model from `artifact` and start the engine thread."""
-    return AsyncEngine(LLMEngine.from_args(engine_args(config, artifact)))
-
-
-def serve(config: ServerConfig, artifact: Path, sock: socket.socket | None = None) -> None:
-    """Serve the model compiled into `artifact` until a shutdown signal (blocking). `sock`
-    is an already bound socket to serve on instead of `config.host`/`config.port`."""
+def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
+    """Serve the model compiled into `config.engine.artifact` until a shutdown signal
+    (blocking). `sock` is an already bound socket to serve on instead of
+    `config.host`/`config.port`."""
     import uvicorn
 
     from vllm_tvm.server.app import build_app
@@ -71,7 +51,7 @@ def serve(config: ServerConfig, artifact: Path, sock: socket.socket | None = Non
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    engine = build_engine(config, artifact)
+    engine = build_engine(config.engine)
     try:
         app = build_app(ServingContext(engine, config))
         server = uvicorn.Server(
@@ -86,7 +66,7 @@ def serve(config: ServerConfig, artifact: Path, sock: socket.socket | None = Non
         logger.info(
             "serving %s (max_model_len %d) on http://%s:%d",
             config.model_name,
-            engine.engine.max_model_len,
+            engine.max_model_len,
             config.host,
             config.port,
         )

@@ -114,15 +114,14 @@ class ServingContext:
         config: ServerConfig,
         constraints: GrammarConstraints | None = None,
     ) -> None:
-        llm = engine.engine
         self.engine = engine
         self.config = config
-        self.tokenizer: Tokenizer = llm.tokenizer
-        self.max_model_len: int = llm.max_model_len
-        self.vocab_size: int = llm.runner.vocab_size
+        self.tokenizer: Tokenizer = engine.tokenizer
+        self.max_model_len: int = engine.max_model_len
+        self.vocab_size: int = engine.vocab_size
         if constraints is None:
-            constraints = GrammarConstraints(self.tokenizer, self.vocab_size, llm.eos_token_ids)
-            llm.logits_hooks.append(constraints)
+            constraints = GrammarConstraints(self.tokenizer, self.vocab_size, engine.eos_token_ids)
+            engine.add_logits_hook(constraints)
         self.constraints = constraints
         self.chat_template = read_chat_template(config.chat_template)
         self.tool_parser: ToolParser = get_tool_parser(
@@ -133,7 +132,7 @@ class ServingContext:
             if config.reasoning_parser in (None, NO_PARSER)
             else get_reasoning_parser(config.reasoning_parser)
         )
-        model_path = Path(config.model)
+        model_path = Path(config.engine.model)
         self.sampling_defaults = (
             generation_defaults_from_checkpoint(model_path) if model_path.is_dir() else {}
         )

@@ -18,11 +18,14 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine, LogitsHook, PromptInput
 from vllm_tvm.runtime.engine.metrics import EngineStats
 from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
 from vllm_tvm.runtime.engine.sequence import OutputKind, Request
+from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,43 @@ class AsyncEngine:
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="vllm-tvm-engine", daemon=True)
         self._thread.start()
+
+    # ---- what callers read of the engine (settled when it was built) ----
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        return self.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the model's logits (may exceed the tokenizer's vocabulary)."""
+        return self.engine.runner.vocab_size
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return self.engine.eos_token_ids
+
+    @property
+    def cache_config(self) -> CacheConfig:
+        return self.engine.cache_config
+
+    @property
+    def scheduler_config(self) -> SchedulerConfig:
+        return self.engine.scheduler_config
+
+    def add_logits_hook(self, hook: LogitsHook) -> None:
+        """Run `hook` on every step's logits (add hooks before the first request)."""
+        self.engine.logits_hooks.append(hook)
+
+    def check_request(
+        self, prompt: PromptInput, params: SamplingParams, request_id: str, priority: int = 0
+    ) -> None:
+        """Raise what `generate` would raise for this request, without queuing it."""
+        self.engine.make_request(prompt, params, request_id, priority)
 
     # ---- caller side ----
 

@@ -30,7 +30,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from vllm_tvm.runtime.engine.args import EngineArgs, load_engine_parts
+from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.engine.builder import load_engine_parts
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.outputs import RequestOutput
 from vllm_tvm.runtime.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig

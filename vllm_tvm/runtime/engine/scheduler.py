@@ -38,9 +38,9 @@ LPM_MAX_QUEUE = 128
 class SchedulerConfig:
     """Limits of one step and the waiting-queue policy."""
 
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int = 2048
-    policy: SchedulingPolicy = "fcfs"
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    policy: SchedulingPolicy
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -18,8 +18,6 @@ from typing import Any
 
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE
 
-DEFAULT_BLOCK_SIZE = 32
-DEFAULT_NUM_BLOCKS = 256
 _MEMINFO = Path("/proc/meminfo")
 _DLPACK_CPU = 1
 
@@ -43,9 +41,9 @@ def check_block_size(block_size: int) -> None:
 class CacheConfig:
     """The KV pool: `num_blocks` blocks of `block_size` tokens, and the prefix-cache switch."""
 
-    block_size: int = DEFAULT_BLOCK_SIZE
-    num_blocks: int = DEFAULT_NUM_BLOCKS
-    enable_prefix_caching: bool = True
+    block_size: int
+    num_blocks: int
+    enable_prefix_caching: bool
 
     def __post_init__(self) -> None:
         check_block_size(self.block_size)
@@ -111,12 +109,13 @@ def resolve_num_blocks(
     kv_cache_memory: int | None = None,
     gpu_memory_utilization: float | None = None,
     measure: Callable[[], DeviceMemory] | None = None,
+    default: int,
 ) -> int:
     """The pool's block count from at most one of the three ways to size it.
 
     `num_blocks` is taken as given; `kv_cache_memory` (bytes) and `gpu_memory_utilization`
     (a fraction of the device, measured by calling `measure()` -> DeviceMemory) are divided
-    by the bytes of one block. None of them: DEFAULT_NUM_BLOCKS.
+    by the bytes of one block. None of them: `default`.
     """
     given = {
         name: value
@@ -134,7 +133,7 @@ def resolve_num_blocks(
     if num_blocks is not None:
         return num_blocks
     if kv_cache_memory is None and gpu_memory_utilization is None:
-        return DEFAULT_NUM_BLOCKS
+        return default
     block_bytes = block_size * kv_bytes_per_token
     if kv_cache_memory is None:
         assert measure is not None and gpu_memory_utilization is not None

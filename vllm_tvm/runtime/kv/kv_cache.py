@@ -23,9 +23,9 @@ engine's blocks are whole multiples of it."""
 class KVCacheConfig:
     """Sizes of the paged KV cache (all in tokens except `max_batch_size`)."""
 
-    max_batch_size: int = 32
-    max_total_seq_len: int = 8192
-    prefill_chunk_size: int = 2048
+    max_batch_size: int
+    max_total_seq_len: int
+    prefill_chunk_size: int
     page_size: int = COMPILED_PAGE_SIZE
 
 

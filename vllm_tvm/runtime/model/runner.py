@@ -18,11 +18,11 @@ import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
 from vllm_tvm.kernels import load_artifact_extensions
+from vllm_tvm.runtime.devices import DEVICES, target_kind_for
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import load_params, open_weights
 
-DEVICE_KINDS = {"cpu": "llvm", "cuda": "cuda"}
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -33,7 +33,7 @@ def _tvm_device(device: str) -> Any:
         return tvm.cpu(0)
     if device == "cuda":
         return tvm.cuda(0)
-    raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS))
+    raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICES))
 
 
 class ModelRunner:
@@ -63,12 +63,7 @@ class ModelRunner:
         tvm = load_runtime(require_cuda=device == "cuda")
         artifact_dir = Path(artifact_dir)
         self.manifest: Manifest = read_manifest(artifact_dir)
-        expected_kind = DEVICE_KINDS.get(device)
-        if expected_kind is None:
-            raise ValueError(
-                f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS)
-            )
-        if self.manifest.target_kind != expected_kind:
+        if self.manifest.target_kind != target_kind_for(device):
             raise ArtifactError(
                 f"artifact {artifact_dir} was built for target '{self.manifest.target}', "
                 f"which cannot run on device '{device}'"

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from vllm_tvm.artifacts.manifest import ParamEntry
 from vllm_tvm.checkpoints.weight_formats import FLOAT
+from vllm_tvm.runtime.devices import target_kind_for
 
 DUMMY_STD = 0.02
 """Standard deviation of every non-norm weight."""
@@ -71,11 +72,9 @@ def make_dummy_params(
 ) -> list[Any]:
     """Every parameter of `entries` (manifest order) as a random TVM tensor on `device`
     ("cpu" or "cuda"), ready for `ModelRunner(params=...)`."""
-    from vllm_tvm.runtime.model.runner import DEVICE_KINDS
     from vllm_tvm.runtime.model.tvm_runtime import load_runtime
 
-    if device not in DEVICE_KINDS:
-        raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICE_KINDS))
+    target_kind_for(device)  # refuses an unknown device by name
     check_dummy_entries(entries)
     tvm = load_runtime(require_cuda=device == "cuda")
     progress = {"desc": "dummy weights", "unit": "tensor", "disable": not show_progress}

@@ -1,0 +1,131 @@
+"""The engine flags every engine-running subcommand (`serve`, `generate`, `bench`) shares,
+with vLLM's names, and the `EngineArgs` they make.
+
+Why it exists: the three commands run the same engine, so they take the same engine flags,
+declared here once, with their defaults read from `EngineArgs` (the one place defaults are
+written). A flag's parsed value is None when it is not given (but `--dtype` and
+`--weight-format`, shared with `compile`, which parse to the engine's default), so a command
+can fill an unset option with its own default (serve's 256-block pool, bench's batch of its
+largest concurrency) and every other unset option keeps the engine's. As in the reference
+server, `--max-model-len 0` and `--max-num-batched-tokens 0` mean unset.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
+from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.runtime.devices import DEVICES
+from vllm_tvm.runtime.engine.args import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_NUM_BLOCKS,
+    EngineArgs,
+    default_of,
+    option_names,
+)
+from vllm_tvm.runtime.sampling.params import LOGPROBS_MODES
+from vllm_tvm.runtime.weights.load_format import LOAD_FORMATS
+
+NOT_FLAGS = ("show_progress", "skip_tokenizer_init")
+"""Engine options no flag sets: each command decides them (progress bars, whether its
+workload needs a tokenizer)."""
+
+UNSET_WHEN_ZERO = ("max_model_len", "max_num_batched_tokens")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add `--model` and a flag for every engine option but NOT_FLAGS."""
+    parser.add_argument(
+        "--model",
+        default=None,
+        help=f"HF model directory or .gguf file (default: the embedded {DEFAULT_MODEL_NAME}, "
+        "Q4_1 GGUF); with --load-format dummy a directory with config.json only",
+    )
+    parser.add_argument(
+        "--artifact", default=None, help="prebuilt artifact directory (default: compile)"
+    )
+    parser.add_argument("--device", choices=DEVICES, default=None, help=_default("device"))
+    add_dtype_argument(parser)
+    add_weight_format_argument(parser)
+    parser.add_argument(
+        "--load-format",
+        choices=LOAD_FORMATS,
+        default=None,
+        help="auto: the checkpoint's weights; dummy: random weights made on the device "
+        + _default("load_format"),
+    )
+    _int(parser, "--max-model-len", "max sequence length (unset or 0: the model's, fitted)")
+    _int(parser, "--max-num-seqs", "max concurrent sequences " + _default("max_num_seqs"))
+    _int(
+        parser,
+        "--max-num-batched-tokens",
+        f"per-step token budget (unset or 0: {DEFAULT_MAX_NUM_BATCHED_TOKENS})",
+    )
+    _int(parser, "--block-size", "KV block size in tokens " + _default("block_size"))
+    _int(parser, "--num-blocks", f"KV blocks ({DEFAULT_NUM_BLOCKS} unless sized from memory)")
+    parser.add_argument(
+        "--kv-cache-memory-bytes",
+        "--kv-cache-memory",
+        dest="kv_cache_memory",
+        type=int,
+        default=None,
+        help="size the KV pool in bytes",
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="size the KV pool from this fraction of device memory",
+    )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        "--enable-radix-attention",
+        dest="enable_prefix_caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="automatic prefix caching (default on)",
+    )
+    parser.add_argument(
+        "--disable-radix-attention", dest="enable_prefix_caching", action="store_false"
+    )
+    parser.add_argument(
+        "--scheduling-policy",
+        default=None,
+        help="fcfs, priority or lpm " + _default("scheduling_policy"),
+    )
+    parser.add_argument(
+        "--logprobs-mode",
+        choices=LOGPROBS_MODES,
+        default=None,
+        help="which logits returned logprobs describe " + _default("logprobs_mode"),
+    )
+    _int(parser, "--seed", "seed of unseeded sampling and of dummy weights")
+
+
+def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> EngineArgs:
+    """The engine options the command line gave; `defaults` fill the options it left unset
+    (a command's own defaults), the rest keep EngineArgs'. No model: the embedded one."""
+    given = {
+        name: getattr(namespace, name)
+        for name in ("model", *option_names())
+        if getattr(namespace, name, None) is not None
+    }
+    for name in UNSET_WHEN_ZERO:
+        if given.get(name) == 0:
+            del given[name]
+    options = {**defaults, **given}
+    if "model" not in options:
+        from vllm_tvm.cli.default_model import default_model_path
+
+        options["model"] = str(default_model_path())
+    return EngineArgs(**options)
+
+
+def _default(name: str) -> str:
+    return f"(default {default_of(name)})"
+
+
+def _int(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    parser.add_argument(flag, type=int, default=None, help=help_text)

@@ -1,0 +1,110 @@
+"""`load_engine_parts`: from `EngineArgs` to a loaded model, its tokenizer and stop ids, a
+sized KV pool and the scheduler's limits.
+
+Why a module of its own: the order matters and is easy to get wrong. The weights must be
+on the device before free memory can be measured, the pool must be sized before the
+serving length can be checked or fitted against it, and the step's token budget cannot
+exceed the prefill chunk the KV cache was made with. Every front end (LLM, server,
+benchmarks) builds engines through here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
+from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
+from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
+from vllm_tvm.runtime.kv.cache_config import (
+    CacheConfig,
+    check_block_size,
+    fit_max_model_len,
+    measure_device_memory,
+    resolve_num_blocks,
+)
+from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
+from vllm_tvm.runtime.weights.dummy_weights import make_dummy_params
+from vllm_tvm.runtime.weights.load_format import DUMMY
+
+
+def merged_eos_ids(primary: list[int], checkpoint_ids: list[int]) -> list[int]:
+    """Primary EOS first (the tokenizer's), then the checkpoint's extra stop ids."""
+    merged = list(primary[:1])
+    for token in [*primary[1:], *checkpoint_ids]:
+        if token not in merged:
+            merged.append(token)
+    return merged
+
+
+@dataclass
+class EngineParts:
+    """A loaded model and the settled configuration of an engine over it."""
+
+    runner: ModelRunner
+    tokenizer: Tokenizer | None
+    eos_token_ids: list[int]
+    cache_config: CacheConfig
+    scheduler_config: SchedulerConfig
+    max_model_len: int
+
+
+def load_engine_parts(args: EngineArgs) -> EngineParts:
+    """Validate `args`, load tokenizer and model, size the KV pool and fit the length."""
+    if args.artifact is None:
+        raise ValueError(f"no artifact for {args.model}: an engine runs a built artifact")
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.token_budget,
+        policy=args.scheduling_policy,
+    )
+    check_block_size(args.block_size)
+    model_path = Path(args.model)
+    tokenizer = None if args.skip_tokenizer_init else load_tokenizer(model_path)
+    params = (
+        make_dummy_params(
+            read_manifest(Path(args.artifact)).params,
+            args.device,
+            seed=args.seed or 0,
+            show_progress=args.show_progress,
+        )
+        if args.load_format == DUMMY
+        else None
+    )
+    checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
+    runner = ModelRunner(
+        args.artifact,
+        model_path,
+        device=args.device,
+        max_model_len=args.max_model_len,
+        max_batch_size=args.max_num_seqs,
+        prefill_chunk_size=args.token_budget,
+        show_progress=args.show_progress,
+        max_total_seq_len=args.block_size,  # a placeholder until the pool is sized
+        params=params,
+    )
+    num_blocks = resolve_num_blocks(
+        block_size=args.block_size,
+        kv_bytes_per_token=runner.kv_bytes_per_token,
+        num_blocks=args.num_blocks,
+        kv_cache_memory=args.kv_cache_memory,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        measure=lambda: measure_device_memory(runner.device),
+        default=DEFAULT_NUM_BLOCKS,
+    )
+    cache_config = CacheConfig(args.block_size, num_blocks, args.enable_prefix_caching)
+    max_model_len = fit_max_model_len(args.max_model_len, runner.max_model_len, cache_config)
+    runner.resize_kv_cache(cache_config.num_tokens)
+    budget = min(args.token_budget, runner.kv_config.prefill_chunk_size)
+    return EngineParts(
+        runner=runner,
+        tokenizer=tokenizer,
+        eos_token_ids=merged_eos_ids(
+            tokenizer.eos_token_ids if tokenizer is not None else [], checkpoint_ids
+        ),
+        cache_config=cache_config,
+        scheduler_config=replace(scheduler_config, max_num_batched_tokens=budget),
+        max_model_len=max_model_len,
+    )
