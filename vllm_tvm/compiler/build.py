@@ -41,6 +41,7 @@ from vllm_tvm.compiler.backends import (
 from vllm_tvm.compiler.cuda_build import build_libcuda_stub, build_relax_module, export
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_to_cublaslt
 from vllm_tvm.compiler.pipeline import build_pipeline
+from vllm_tvm.compiler.source_digest import compiler_source_digest
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
 from vllm_tvm.compiler.weight_plan import param_entry, plan_weight_formats
 from vllm_tvm.kernels.cublaslt import EXTENSION_NAME, build_cublaslt_extension
@@ -151,7 +152,12 @@ def cache_key_for(request: CompileRequest) -> str:
         sort_keys=True,
     )
     return artifact_key(
-        parsed.fingerprint(), target, request.dtype, tvm.__version__, request.weight_formats
+        parsed.fingerprint(),
+        target,
+        request.dtype,
+        tvm.__version__,
+        compiler_source_digest(),
+        request.weight_formats,
     )
 
 
