@@ -1,16 +1,9 @@
 """Helpers of the device sampling tests: the oracle distribution a sampled row must follow,
-a chi-square check of draws against it, rows with tied maxima, and a module holding only
-the sampling functions (built alone for a vocabulary and a target)."""
+a chi-square check of draws against it, and rows with tied maxima."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import numpy as np
-from tvm.relax.frontend import nn
-
-from vllm_tvm.model_defs.sampling import SamplingFunctions
 
 
 def kept_distribution(
@@ -69,15 +62,3 @@ def tied_rows(vocab: int) -> np.ndarray:
     rows[4] = 0.5  # constant
     rows[5, [vocab // 2, vocab // 2 + 1]] = np.float32(3.25)  # neighbours
     return rows
-
-
-class SamplingOnly(SamplingFunctions, nn.Module):
-    """The `argmax` and `sample` functions alone, for one vocabulary and target."""
-
-    def __init__(self, vocab_size: int, target: Any) -> None:
-        self.config = SimpleNamespace(vocab_size=vocab_size)
-        self.target = target
-
-    def export_spec(self) -> dict[str, Any]:
-        """The export spec of the two functions."""
-        return self.sampling_export_spec()

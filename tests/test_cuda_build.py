@@ -66,8 +66,8 @@ def module_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cuda_library(tmp_path_factory: pytest.TempPathFactory, module_file: Path) -> Path:
-    """The small Relax module built for cuda:sm_90a and exported (once per module)."""
+def cuda_executable(module_file: Path):
+    """The small Relax module built for cuda:sm_90a (once per module)."""
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc (CUDA toolkit)")
     sys.path.insert(0, str(module_file.parent))
@@ -75,9 +75,14 @@ def cuda_library(tmp_path_factory: pytest.TempPathFactory, module_file: Path) ->
         from matmul_silu_module import MatmulSilu
     finally:
         sys.path.remove(str(module_file.parent))
-    spec = resolve_target("cuda:sm_90a")
-    executable = cuda_build.build_relax_module(MatmulSilu, spec)
-    return cuda_build.export(executable, tmp_path_factory.mktemp("cuda_lib") / "lib.so", spec)
+    return cuda_build.build_relax_module(MatmulSilu, resolve_target("cuda:sm_90a"))
+
+
+@pytest.fixture(scope="module")
+def cuda_library(tmp_path_factory: pytest.TempPathFactory, cuda_executable) -> Path:
+    """`cuda_executable` exported for cuda:sm_90a."""
+    path = tmp_path_factory.mktemp("cuda_lib") / "lib.so"
+    return cuda_build.export(cuda_executable, path, resolve_target("cuda:sm_90a"))
 
 
 @needs_nvcc
@@ -97,6 +102,15 @@ def test_cuobjdump_and_the_fatbin_parser_agree(cuda_library: Path) -> None:
     by_tool = cuda_build.embedded_cuda_archs(cuda_library, tool="cuobjdump")
     by_parser = cuda_build.embedded_cuda_archs(cuda_library, tool="parser")
     assert by_tool == by_parser == ["sm_90a"]
+
+
+@needs_nvcc
+def test_export_refuses_a_library_without_the_targets_cubin(
+    tmp_path: Path, cuda_executable
+) -> None:
+    with pytest.raises(RuntimeError, match=r"embeds no sm_80 cubin; cubins found: sm_90a"):
+        cuda_build.export(cuda_executable, tmp_path / "lib.so", resolve_target("cuda:sm_80"))
+    assert not (tmp_path / "lib.so").exists()
 
 
 @needs_nvcc

@@ -12,16 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 import tvm
-from device_sampling_helpers import (
-    SamplingOnly,
-    chi_square,
-    chi_square_limit,
-    kept_distribution,
-    tied_rows,
-)
+from device_sampling_helpers import chi_square, chi_square_limit, kept_distribution, tied_rows
 
 from vllm_tvm.compiler import cuda_build
-from vllm_tvm.compiler.pipeline import build_pipeline
+from vllm_tvm.compiler.pipeline import lowering_pipeline
+from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
 from vllm_tvm.compiler.targets import resolve_target
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 
@@ -43,9 +38,8 @@ def cuda_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`argmax` and `sample` for VOCAB, built for cuda:sm_90a with the project's pipeline."""
     spec = resolve_target("cuda:sm_90a")
     target = spec.make_target()
-    module = SamplingOnly(VOCAB, target)
-    mod, _ = module.export_tvm(spec=module.export_spec())
-    executable = cuda_build.build_relax_module(mod, spec, relax_pipeline=build_pipeline(target))
+    mod = AttachSamplingFunctions(VOCAB, gpu=True)(tvm.IRModule())
+    executable = cuda_build.build_relax_module(mod, spec, relax_pipeline=lowering_pipeline(target))
     return cuda_build.export(executable, tmp_path_factory.mktemp("sampling") / "lib.so", spec)
 
 

@@ -9,15 +9,11 @@ someone tried to ship the runtime without the compiler.
 
 from __future__ import annotations
 
-import ast
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-import vllm_tvm
-
-PACKAGE_ROOT = Path(vllm_tvm.__file__).parent
+from vllm_tvm.compiler.source_digest import PACKAGE_ROOT, imported_modules, module_name
 
 ALLOWED: dict[str, set[str]] = {
     "checkpoints": set(),
@@ -57,46 +53,17 @@ def _subpackage(module: str) -> str | None:
     return parts[1]
 
 
-def _module_name(path: Path) -> str:
-    relative = path.relative_to(PACKAGE_ROOT.parent).with_suffix("")
-    parts = list(relative.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _imported_modules(path: Path) -> set[str]:
-    """Every vllm_tvm module `path` imports, at any depth of its syntax tree."""
-    module = _module_name(path)
-    is_package = path.name == "__init__.py"
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                drop = node.level - 1 if is_package else node.level
-                base = base[: len(base) - drop]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
-            found.add(target)
-            found.update(f"{target}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.split(".")[0] == "vllm_tvm"}
-
-
 def _package_edges() -> dict[tuple[str, str], list[str]]:
     """(importer subpackage, imported subpackage) -> the import lines that make the edge."""
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
-        source = _subpackage(_module_name(path))
+        source = _subpackage(module_name(path))
         if source is None:
             continue
-        for target_module in _imported_modules(path):
+        for target_module in imported_modules(path):
             target = _subpackage(target_module)
             if target in SUBPACKAGES and target != source:
-                edges[(source, target)].append(f"{_module_name(path)} -> {target_module}")
+                edges[(source, target)].append(f"{module_name(path)} -> {target_module}")
     return edges
 
 
@@ -147,9 +114,9 @@ def test_the_reader_sees_lazy_and_relative_imports() -> None:
     """The rules above are only as good as the import reader: it must see an import inside
     a function body and resolve a relative one."""
     module = PACKAGE_ROOT / "runtime" / "engine" / "llm_engine.py"
-    imported = _imported_modules(module)
+    imported = imported_modules(module)
     assert any(name.startswith("vllm_tvm.runtime.kv") for name in imported)
-    entry = _imported_modules(PACKAGE_ROOT / "entrypoints" / "llm.py")
+    entry = imported_modules(PACKAGE_ROOT / "entrypoints" / "llm.py")
     assert any(name.startswith("vllm_tvm.compiler") for name in entry), (
         "the lazy compiler import in the entry layer must be visible"
     )

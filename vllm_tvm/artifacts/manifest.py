@@ -62,6 +62,11 @@ class Manifest:
     """Native extensions (files in the artifact) to load before the library; see kernels/."""
     weights_reference: str | None = None
     compile_seconds: float | None = None
+    cuda_graph: bool | None = None
+    gemm: str | None = None
+    attention: str | None = None
+    """Compile options that shaped the library (CUDA-graph capture, GEMM and attention
+    kernels); None in manifests written before they were recorded."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

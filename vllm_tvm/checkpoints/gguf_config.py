@@ -5,29 +5,25 @@ Why this exists: a GGUF file carries its model hyper-parameters as llama.cpp met
 rest of vllm-tvm (model definitions, compiler, runtime) speaks HF ``config.json``, so this
 module translates one into the other, and it is also the gatekeeper: a file whose
 architecture, quantization types or tensor names we cannot serve is refused here, from
-metadata and tensor infos alone, before anything is compiled or any weight is read.
-
-It also owns the GGUF -> HF tensor-name table, because deciding whether a file is supported
-needs it as much as the weight reader does.
+metadata and tensor infos alone, before anything is compiled or any weight is read. The
+tensor-name table is in gguf_tensor_names.py, the rope-scaling recovery in
+gguf_rope_scaling.py.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
 from typing import Any
 
-import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFReader
 
-GGUFSource = str | os.PathLike[str] | GGUFReader
-
-SUPPORTED_ARCHITECTURES: dict[str, str] = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
+from vllm_tvm.checkpoints.gguf_reader import MISSING, GGUFSource, metadata_field, open_gguf
+from vllm_tvm.checkpoints.gguf_rope_scaling import rope_scaling_config
+from vllm_tvm.checkpoints.gguf_tensor_names import (
+    ROPE_FREQS_TENSOR,
+    SUPPORTED_ARCHITECTURES,
+    architecture_of,
+    hf_tensor_name,
+)
 
 SUPPORTED_QUANT_TYPES: tuple[GGMLQuantizationType, ...] = (
     GGMLQuantizationType.F32,
@@ -41,98 +37,6 @@ SUPPORTED_QUANT_TYPES: tuple[GGMLQuantizationType, ...] = (
     GGMLQuantizationType.Q6_K,
 )
 
-# The tensor that llama.cpp's converter writes for Llama 3.x "llama3" rope scaling: one
-# divisor per rotary frequency. It is folded into ``rope_scaling`` and is not a model weight.
-ROPE_FREQS_TENSOR = "rope_freqs.weight"
-
-_GLOBAL_TENSORS: dict[str, str] = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-
-_BLOCK_TENSORS: dict[str, str] = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-
-_QKV_BIAS: dict[str, str] = {
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias",
-}
-
-# Per architecture, the per-block tensors it may hold (suffix after ``blk.N.``).
-_ARCH_BLOCK_TENSORS: dict[str, dict[str, str]] = {
-    "llama": {**_BLOCK_TENSORS, **_QKV_BIAS, "attn_output.bias": "self_attn.o_proj.bias"},
-    "qwen2": {**_BLOCK_TENSORS, **_QKV_BIAS},
-    "qwen3": {
-        **_BLOCK_TENSORS,
-        "attn_q_norm.weight": "self_attn.q_norm.weight",
-        "attn_k_norm.weight": "self_attn.k_norm.weight",
-    },
-}
-
-
-class _Missing:
-    """Sentinel type: a metadata key with no default must be present."""
-
-
-_MISSING: Any = _Missing()
-
-
-_BLOCK_NAME = re.compile(r"blk\.(\d+)\.(.+)")
-
-_ROPE_SCALING_TYPES = ("none", "linear", "yarn")
-
-
-def open_gguf(source: GGUFSource) -> GGUFReader:
-    """Return a ``GGUFReader`` for ``source`` (a path), or ``source`` itself if it is one.
-
-    Opening parses every metadata field (tokenizer vocabularies included), which takes
-    seconds for real models, so callers that need both the config and the weights should
-    open once and pass the reader to both.
-    """
-    if isinstance(source, GGUFReader):
-        return source
-    return GGUFReader(source, "r")
-
-
-def architecture_of(reader: GGUFReader) -> str:
-    """The file's ``general.architecture``, refused unless it is one we support."""
-    arch = _field(reader, "general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(
-            f"unsupported GGUF architecture {arch!r}; "
-            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
-    return arch
-
-
-def hf_tensor_name(gguf_name: str, arch: str) -> str:
-    """Map one GGUF tensor name of architecture ``arch`` to its HF transformers name.
-
-    Raises ``ValueError`` naming the tensor when the architecture has no such tensor.
-    """
-    if gguf_name in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[gguf_name]
-    match = _BLOCK_NAME.fullmatch(gguf_name)
-    block_tensors = _ARCH_BLOCK_TENSORS[arch]
-    if match is None or match.group(2) not in block_tensors:
-        allowed = [*_GLOBAL_TENSORS, *(f"blk.N.{s}" for s in block_tensors)]
-        raise ValueError(
-            f"unsupported GGUF tensor {gguf_name!r} for architecture {arch!r}; "
-            f"supported: {', '.join(allowed)}"
-        )
-    return f"model.layers.{int(match.group(1))}.{block_tensors[match.group(2)]}"
-
 
 def check_gguf_supported(source: GGUFSource) -> GGUFReader:
     """Refuse a GGUF file we cannot serve, using only its metadata and tensor infos.
@@ -142,7 +46,7 @@ def check_gguf_supported(source: GGUFSource) -> GGUFReader:
     architecture. No tensor data is touched. Returns the opened reader for reuse.
     """
     reader = open_gguf(source)
-    split_count = _field(reader, "split.count", 1)
+    split_count = metadata_field(reader, "split.count", 1)
     if split_count != 1:
         raise ValueError(
             f"unsupported split GGUF file ({split_count} parts); supported: single-file GGUF "
@@ -199,8 +103,8 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     arch = architecture_of(reader)
     tensors = {t.name: t for t in reader.tensors}
 
-    def key(name: str, default: Any = _MISSING) -> Any:
-        return _field(reader, f"{arch}.{name}", default)
+    def key(name: str, default: Any = MISSING) -> Any:
+        return metadata_field(reader, f"{arch}.{name}", default)
 
     hidden_size = _uniform(key("embedding_length"), "embedding_length")
     num_heads = _uniform(key("attention.head_count"), "attention.head_count")
@@ -229,7 +133,7 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
         "attention_bias": "blk.0.attn_q.bias" in tensors,
         "torch_dtype": _torch_dtype(reader),
     }
-    rope_scaling = _rope_scaling(reader, arch, head_dim, rope_theta)
+    rope_scaling = rope_scaling_config(reader, arch, head_dim, rope_theta)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling
     for gguf_key, hf_key in (
@@ -237,28 +141,10 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
         ("tokenizer.ggml.eos_token_id", "eos_token_id"),
         ("tokenizer.ggml.padding_token_id", "pad_token_id"),
     ):
-        value = _field(reader, gguf_key, None)
+        value = metadata_field(reader, gguf_key, None)
         if value is not None:
             config[hf_key] = value
     return config
-
-
-def _field(reader: GGUFReader, name: str, default: Any = _MISSING) -> Any:
-    """The decoded value of metadata key ``name`` (``default`` when absent, if given)."""
-    field = reader.get_field(name)
-    if field is None:
-        if isinstance(default, _Missing):
-            raise ValueError(f"GGUF file lacks the metadata key {name!r}")
-        return default
-    value = field.contents()
-    if field.types and field.types[0] == GGUFValueType.FLOAT32:
-        return _f32(value)
-    return value
-
-
-def _f32(value: float) -> float:
-    """The shortest decimal that rounds to the same float32 as ``value`` (1e-05, not 9.99e-06)."""
-    return float(np.format_float_scientific(np.float32(value), unique=True))
 
 
 def _uniform(value: Any, name: str) -> int:
@@ -278,9 +164,9 @@ def _head_dim(reader: GGUFReader, arch: str, hidden_size: int, num_heads: int) -
     The model definitions rotate the whole head, so a rotary size smaller than the head
     (partial rotary) or keys and values of different sizes are refused.
     """
-    key_length = _field(reader, f"{arch}.attention.key_length", None)
-    value_length = _field(reader, f"{arch}.attention.value_length", key_length)
-    rope_dims = _field(reader, f"{arch}.rope.dimension_count", None)
+    key_length = metadata_field(reader, f"{arch}.attention.key_length", None)
+    value_length = metadata_field(reader, f"{arch}.attention.value_length", key_length)
+    rope_dims = metadata_field(reader, f"{arch}.rope.dimension_count", None)
     head_dim = key_length or rope_dims or hidden_size // num_heads
     if value_length is not None and value_length != head_dim:
         raise ValueError(
@@ -311,107 +197,3 @@ def _torch_dtype(reader: GGUFReader) -> str:
         if qtype in matrix_types:
             return name
     return "float16"
-
-
-def _rope_scaling(
-    reader: GGUFReader, arch: str, head_dim: int, rope_theta: float
-) -> dict[str, Any] | None:
-    """HF ``rope_scaling`` from ``{arch}.rope.scaling.*`` keys or a ``rope_freqs`` tensor."""
-    prefix = f"{arch}.rope.scaling."
-    scaling_type = _field(reader, prefix + "type", "none")
-    rope_freqs = next((t for t in reader.tensors if t.name == ROPE_FREQS_TENSOR), None)
-    if rope_freqs is not None:
-        if scaling_type != "none":
-            raise ValueError(
-                f"unsupported rope scaling: both {prefix}type {scaling_type!r} and a "
-                f"{ROPE_FREQS_TENSOR} tensor; supported: one of them"
-            )
-        return _llama3_rope_scaling(np.asarray(rope_freqs.data, np.float64), head_dim, rope_theta)
-    if scaling_type not in _ROPE_SCALING_TYPES:
-        raise ValueError(
-            f"unsupported rope scaling type {scaling_type!r}; "
-            f"supported: {', '.join(_ROPE_SCALING_TYPES)}, llama3 ({ROPE_FREQS_TENSOR})"
-        )
-    if scaling_type == "none":
-        return None
-    # llama.cpp's attention-scale knobs have no HF yarn/linear counterpart with the same
-    # meaning; refuse rather than silently change the model.
-    for knob in ("attn_factor", "yarn_log_multiplier", "yarn_ext_factor", "yarn_attn_factor"):
-        if _field(reader, prefix + knob, None) is not None:
-            raise ValueError(
-                f"unsupported GGUF key {prefix + knob!r}; supported rope scaling keys: "
-                f"{prefix}type, factor, original_context_length, yarn_beta_fast, yarn_beta_slow"
-            )
-    scaling: dict[str, Any] = {
-        "rope_type": scaling_type,
-        "factor": _field(reader, prefix + "factor"),
-    }
-    if scaling_type == "yarn":
-        scaling["original_max_position_embeddings"] = _field(
-            reader, prefix + "original_context_length"
-        )
-        for knob in ("beta_fast", "beta_slow"):
-            value = _field(reader, f"{prefix}yarn_{knob}", None)
-            if value is not None:
-                scaling[knob] = value
-    return scaling
-
-
-def _llama3_frequency_divisors(
-    inv_freq: np.ndarray, factor: float, low: float, high: float, context: float
-) -> np.ndarray:
-    """Per-frequency divisors of Llama 3 rope scaling (the same rule HF and llama.cpp use)."""
-    wavelen = 2 * math.pi / inv_freq
-    smooth = (context / wavelen - low) / (high - low)
-    medium = 1.0 / ((1.0 - smooth) / factor + smooth)
-    divisors = np.where(wavelen < context / high, 1.0, medium)
-    return np.where(wavelen > context / low, factor, divisors)
-
-
-def _llama3_rope_scaling(
-    divisors: np.ndarray, head_dim: int, rope_theta: float
-) -> dict[str, Any] | None:
-    """Recover HF ``llama3`` rope parameters from llama.cpp's per-frequency divisors.
-
-    The divisors are 1 for high frequencies, ``factor`` for low ones and, in between,
-    ``1 / ((1 - s) / factor + s)`` with ``s`` linear in the frequency. That line fixes
-    ``original_max_position_embeddings / (high - low)`` and ``low / (high - low)`` only, so
-    ``low_freq_factor`` is pinned to 1 (its value in every Llama 3.x release) and the other
-    two solved for; every solution yields the same rotary frequencies. The recovered
-    parameters are checked by recomputing the divisors.
-    """
-    inv_freq = rope_theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    if divisors.shape != inv_freq.shape:
-        raise ValueError(
-            f"unsupported {ROPE_FREQS_TENSOR} of {divisors.size} values; supported: "
-            f"head_dim / 2 = {inv_freq.size} values"
-        )
-    if np.allclose(divisors, 1.0):
-        return None
-    factor = float(divisors.max())
-    medium = (divisors > 1.0 + 1e-6) & (divisors < factor * (1.0 - 1e-6))
-    if medium.sum() < 2:
-        raise ValueError(
-            f"unsupported {ROPE_FREQS_TENSOR} {divisors.tolist()}; supported: llama3 rope "
-            "scaling with at least two smoothed frequencies"
-        )
-    smooth = (1.0 / divisors[medium] - 1.0 / factor) / (1.0 - 1.0 / factor)
-    slope, intercept = np.polyfit(inv_freq[medium] / (2 * math.pi), smooth, 1)
-    high = 1.0 - 1.0 / intercept
-    context = round(float(slope * (high - 1.0)))
-    scaling = {
-        "rope_type": "llama3",
-        "factor": _f32(factor),
-        "low_freq_factor": 1.0,
-        "high_freq_factor": round(float(high), 4),
-        "original_max_position_embeddings": context,
-    }
-    recomputed = _llama3_frequency_divisors(
-        inv_freq, scaling["factor"], 1.0, scaling["high_freq_factor"], context
-    )
-    if not np.allclose(recomputed, divisors, rtol=1e-4):
-        raise ValueError(
-            f"unsupported {ROPE_FREQS_TENSOR} {divisors.tolist()}; supported: llama3 rope "
-            "scaling divisors"
-        )
-    return scaling

@@ -20,13 +20,12 @@ import numpy.typing as npt
 from gguf import GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
 
-from vllm_tvm.checkpoints.gguf_config import (
+from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
+from vllm_tvm.checkpoints.gguf_tensor_names import (
     ROPE_FREQS_TENSOR,
-    GGUFSource,
     architecture_of,
-    hf_config_from_gguf,
     hf_tensor_name,
-    open_gguf,
 )
 
 

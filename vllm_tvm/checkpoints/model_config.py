@@ -60,7 +60,8 @@ def _parse_gguf_header(
     path: Path, mtime_ns: int, size: int
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """GGUF metadata parsing takes seconds: do it once per file version per process."""
-    from vllm_tvm.checkpoints.gguf_config import gguf_tensor_types, hf_config_from_gguf, open_gguf
+    from vllm_tvm.checkpoints.gguf_config import gguf_tensor_types, hf_config_from_gguf
+    from vllm_tvm.checkpoints.gguf_reader import open_gguf
 
     reader = open_gguf(path)
     return hf_config_from_gguf(reader), gguf_tensor_types(reader)

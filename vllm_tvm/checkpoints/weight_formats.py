@@ -28,6 +28,10 @@ DEQUANTIZED = "dequantized"
 WEIGHT_FORMAT_MODES = (NATIVE, DEQUANTIZED)
 """`native`: GGUF weights of a fused quant type stay quantized; `dequantized`: all float."""
 
+DEQUANTIZE_BLOCK = "dequantize"
+"""Name of the stage of a fused matmul that rebuilds fp32 weights from planes: the model
+definition gives it this name, the schedules find it by this name."""
+
 
 @dataclass(frozen=True)
 class Plane:

@@ -6,7 +6,10 @@ batched decode ran at a few percent of the GPU's matrix throughput. This pass re
 inputs) whose rows are not a static 1 by `call_dps_packed` of the extension in
 `kernels/cublaslt_gemm.cc`. Static single-row products (`decode_single`) stay on the TIR
 GEMV schedule, which reads weights at copy bandwidth and is captured in CUDA graphs.
-`--gemm tir` keeps every matmul on TIR (the plain arm for A/B runs).
+`--gemm tir` keeps every matmul on TIR (the plain arm for A/B runs). The pass runs in the
+first phase of the pipeline (pipeline.py), before legalization, while the matmuls are still
+recognisable `call_tir`s; `calls_cublaslt` tells the compiler whether the artifact must carry
+the extension.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ import re
 
 import tvm
 from tvm import relax, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.relax.expr_functor import PyExprMutator, PyExprVisitor, mutator, visitor
 
 CUBLASLT_GEMM_FUNCTION = "vllm_tvm.cublaslt.gemm_nt"
 _NT_MATMUL_NAME = re.compile(r"nt_matmul\d*")
 _INPUT_DTYPES = ("float16", "bfloat16")
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_CALL_DPS_PACKED = tvm.ir.Op.get("relax.call_dps_packed")
 
 
 def _is_static_single_row(sinfo: relax.TensorType) -> bool:
@@ -81,3 +85,34 @@ def dispatch_gemms_to_cublaslt(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     if rewriter.rewritten:
         rewritten_mod = relax.transform.DeadCodeElimination()(rewritten_mod)
     return rewritten_mod, rewriter.rewritten
+
+
+@tvm.transform.module_pass(opt_level=0, name="DispatchGemmsToCublaslt")
+def dispatch_gemms_pass(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+    """`dispatch_gemms_to_cublaslt` as a module pass (the count is `calls_cublaslt`'s to tell)."""
+    rewritten_mod, _ = dispatch_gemms_to_cublaslt(mod)
+    return rewritten_mod
+
+
+@visitor
+class _CublasltCallFinder(PyExprVisitor):
+    """Sets `found` on reaching a `call_dps_packed` of the cuBLASLt GEMM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_call_(self, call: relax.Call) -> None:
+        super().visit_call_(call)
+        callee = call.args[0] if call.op == _CALL_DPS_PACKED else None
+        if isinstance(callee, relax.ExternFunc) and callee.global_symbol == CUBLASLT_GEMM_FUNCTION:
+            self.found = True
+
+
+def calls_cublaslt(mod: tvm.IRModule) -> bool:
+    """Whether any Relax function of `mod` calls the cuBLASLt GEMM of the extension."""
+    finder = _CublasltCallFinder()
+    for _, function in mod.functions_items():
+        if isinstance(function, relax.Function):
+            finder.visit_expr(function)
+    return finder.found

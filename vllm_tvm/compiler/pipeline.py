@@ -1,20 +1,63 @@
-"""The Relax pass pipeline, as an explicit ordered list with a reason for each pass.
+"""The Relax pass pipeline, as explicit ordered lists with a reason for each pass.
 
-Kept as data so a reader sees the whole lowering in one screen and an A/B of one pass is a
-one-line change.
+Two phases, both here so a reader sees every IR change in one screen and an A/B of one pass
+is a one-line change:
+
+1. `rewrite_pipeline`: what the library exports and calls. The exported model gains the
+   device sampling functions and `_metadata`, and its matmuls may be routed to cuBLASLt.
+   The compiler reads the module between the phases (which extensions it calls).
+2. `lowering_pipeline`: Relax -> TIR kernels, schedules, VM-level code for the target.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import tvm
 from tvm import relax
 
+from vllm_tvm.compiler.backends import GEMM_CUBLASLT
+from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_pass
+from vllm_tvm.compiler.library_metadata import AttachMetadata
+from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
 from vllm_tvm.schedules.rules import schedule_passes
 
 
-def build_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """The module pass that lowers an exported model for `target`."""
-    is_gpu = target.kind.name != "llvm"
+@dataclass(frozen=True)
+class LibraryContents:
+    """What the rewrite phase adds to an exported model beside the model's own functions."""
+
+    vocab_size: int
+    """Columns of the logits the sampling functions read."""
+    gemm: str
+    """`cublaslt`: run-time-row-count float matmuls call the extension; `tir`: none do."""
+    metadata: str
+    """The JSON `_metadata()` returns (library_metadata.py)."""
+
+
+def _is_gpu(target: tvm.target.Target) -> bool:
+    return target.kind.name != "llvm"
+
+
+def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tvm.transform.Pass:
+    """Phase 1: the module pass that decides what an exported model's library contains."""
+    passes: list[tvm.transform.Pass] = [
+        # argmax/sample over the logits left on the device, so a step copies back one token
+        # per row. Added here, not by the model definition: model definitions never import
+        # kernels, and every model gets the same functions for its vocabulary.
+        AttachSamplingFunctions(contents.vocab_size, _is_gpu(target)),
+        # TVM's stock GPU matmul schedules use no tensor cores on Hopper: float matmuls with
+        # a run-time row count call cuBLASLt instead. Before legalization, while they are
+        # still recognisable `nt_matmul` call_tirs (gemm_dispatch.py).
+        *([dispatch_gemms_pass] if contents.gemm == GEMM_CUBLASLT else []),
+        # The library describes itself without its manifest.
+        AttachMetadata(contents.metadata),
+    ]
+    return tvm.transform.Sequential(passes, name="vllm_tvm_rewrites")
+
+
+def lowering_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """Phase 2: the module pass that lowers a model's library for `target`."""
     passes: list[tvm.transform.Pass] = [
         # Sampling and sort/scan ops become target kernels (none are used by the model yet,
         # but they must dispatch before legalization if a later definition adds them).
@@ -36,7 +79,7 @@ def build_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
         # Reuse intermediate buffers across the step instead of allocating per call.
         relax.transform.StaticPlanBlockMemory(),
         # Capture static-shape regions into CUDA graphs (no-op on CPU).
-        *([relax.transform.RewriteCUDAGraph()] if is_gpu else []),
+        *([relax.transform.RewriteCUDAGraph()] if _is_gpu(target) else []),
         relax.transform.LowerAllocTensor(),
         relax.transform.KillAfterLastUse(),
         relax.transform.LowerRuntimeBuiltin(),
@@ -46,7 +89,7 @@ def build_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
     ]
     sequence = tvm.transform.Sequential(passes)
 
-    @tvm.transform.module_pass(opt_level=0, name="vllm_tvm_pipeline")
+    @tvm.transform.module_pass(opt_level=0, name="vllm_tvm_lowering")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         with target:
             return sequence(mod)

@@ -56,17 +56,6 @@ class LlamaFamilyConfig:
         """Positions are divided by this factor (1.0 unless rope_type is `linear`)."""
         return float(self.rope_scaling["factor"]) if self.rope_type == "linear" else 1.0
 
-    @property
-    def context_limit(self) -> int:
-        """Longest sequence the compiled model reproduces exactly.
-
-        A sliding window is not implemented, so the context is capped at the window: within
-        it, windowed and full attention are the same computation.
-        """
-        if self.sliding_window is not None:
-            return min(self.max_position_embeddings, self.sliding_window)
-        return self.max_position_embeddings
-
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form (stored in the artifact's metadata)."""
         return asdict(self)

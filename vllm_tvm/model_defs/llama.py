@@ -6,7 +6,8 @@ scaling). Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or
 `FlashInferPagedKVCache` with FlashInfer's kernels: compiler/attention.py), which applies
 RoPE to q/k itself; the exported functions follow the compiled contract in
 docs/ARCHITECTURE.md: `embed`, `prefill` (ragged batch), `decode` (batch),
-`create_kv_cache`, and the device sampling functions `argmax` / `sample` (sampling.py).
+`create_kv_cache` (the compiler adds the device sampling functions `argmax` / `sample`:
+compiler/sampling_functions.py).
 
 Weights: q/k/v and gate/up are fused into one matrix each so a decode step runs one GEMV
 instead of three (two). `fused_weight_sources()` tells the loader which checkpoint tensors
@@ -31,7 +32,6 @@ from tvm.target import Target
 
 from vllm_tvm.model_defs.config import LlamaFamilyConfig
 from vllm_tvm.model_defs.layers import NTLinear, nt_matmul
-from vllm_tvm.model_defs.sampling import SamplingFunctions
 
 FUSED_PROJECTIONS = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -130,7 +130,7 @@ class LlamaModel(nn.Module):
         return self.norm(hidden)
 
 
-class LlamaForCausalLM(SamplingFunctions, nn.Module):
+class LlamaForCausalLM(nn.Module):
     """The exported model: the functions of the compiled contract."""
 
     def __init__(
@@ -251,7 +251,6 @@ class LlamaForCausalLM(SamplingFunctions, nn.Module):
                 "support_sliding_window": int,
                 "$": {"param_mode": "none", "effect_mode": "none"},
             },
-            **self.sampling_export_spec(),
         }
 
 

@@ -22,11 +22,8 @@ from tvm import te, tirx
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from vllm_tvm.checkpoints.weight_formats import QuantFormat, quant_format
+from vllm_tvm.checkpoints.weight_formats import DEQUANTIZE_BLOCK, QuantFormat, quant_format
 from vllm_tvm.model_defs.layers import ACCUMULATION_DTYPE, NTLinear, _nt_matmul
-
-DEQUANTIZE_BLOCK = "dequantize"
-"""Name of the TE stage that rebuilds fp32 weights from planes (the schedules look for it)."""
 
 
 class _Planes:

@@ -27,7 +27,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.target import Target
 
-from vllm_tvm.model_defs.quant_linear import DEQUANTIZE_BLOCK
+from vllm_tvm.checkpoints.weight_formats import DEQUANTIZE_BLOCK
 from vllm_tvm.schedules.cpu_matmul import match_nt_matmul
 
 FEATURE_BLOCK = 16

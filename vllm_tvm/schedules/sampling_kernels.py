@@ -26,11 +26,9 @@ top_p first finds the k-th largest s by bisection over M (31 counting passes), b
 top_p is measured against the mass of the top k. Passes over the row: greedy 1, plain
 temperature 2, top_p ~4.
 
-Layout: on GPUs one thread block per row, `GPU_THREADS` threads striding over the vocabulary
-(coalesced loads, `UNROLL` of them in flight per thread before any is used: one load at a
-time leaves a pass waiting on memory latency), block-wide reductions through
-`tvm_thread_allreduce` (warp shuffles and shared memory). On CPUs one loop per row, rows in
-parallel. Both are marked scheduled, so the schedule rules leave them as written.
+The walk over a row and the reductions are in row_kernel_layout.py, the noise in
+sampling_noise.py. Both kernels are marked scheduled, so the schedule rules leave them as
+written.
 """
 
 from __future__ import annotations
@@ -40,51 +38,24 @@ from typing import Any
 from tvm import tirx
 from tvm.script import tirx as T
 
-GPU_THREADS = 1024
-UNROLL = 8
+from vllm_tvm.schedules.row_kernel_layout import UNROLL, RowLayout, better
+from vllm_tvm.schedules.sampling_noise import (
+    DRAW_STEP,
+    GOLDEN,
+    LOW32,
+    NOISE_MAX,
+    NOISE_MIN,
+    gumbel,
+    mix32,
+)
+
 BISECTION_STEPS = 31
 """Bisection over [-1, 0x7F800000] (the magnitude patterns of 0 .. inf) ends in 31 halvings."""
 MAX_DRAWS = 64
 """Draws before a top_k / top_p row gives up and takes its argmax (see the module docstring)."""
-NOISE_MIN, NOISE_MAX = -3.2, 23.0
-"""Bounds of `_gumbel` over all words (-3.13 and 22.87, rounded outwards)."""
 
 _INF_BITS = 0x7F800000
 _MAGNITUDE = 0x7FFFFFFF
-_LOW32 = 0xFFFFFFFF
-_GOLDEN = 0x9E3779B9
-_DRAW_STEP = 0x632BE5AB
-
-
-@T.macro
-def _mix32(h):
-    """Mix the 32-bit value in uint64 local buffer `h` in place: a bijective integer hash
-    with the "lowbias32" constants of Chris Wellons' hash search.
-
-    32-bit arithmetic carried in 64 bits and masked: TVM's LLVM backend marks uint32
-    multiplies "no unsigned wrap", so a wrapping uint32 hash is undefined behaviour there
-    (seen: LLVM dropped unrolled hash code). Statements, not one expression, because TVM
-    inlines Let expressions and the nested hash would grow eightfold per step.
-    """
-    h[0] = h[0] ^ (h[0] >> T.uint64(16))
-    h[0] = (h[0] * T.uint64(0x7FEB352D)) & T.uint64(_LOW32)
-    h[0] = h[0] ^ (h[0] >> T.uint64(15))
-    h[0] = (h[0] * T.uint64(0x846CA68B)) & T.uint64(_LOW32)
-    h[0] = h[0] ^ (h[0] >> T.uint64(16))
-
-
-def _gumbel(word: Any) -> Any:
-    """Gumbel noise -log(-log(u)) in float32 for u = (word + 0.5) / 2**32 in (0, 1).
-
-    -log(u) is computed from the nearer end of (0, 1): log(u) below one half, log1p(-(1 - u))
-    above, so it keeps full relative precision everywhere (u never rounds to 1, which would
-    make the noise infinite); the noise is bounded by 22.9, reached at u = 1 - 2**-33.
-    """
-    low_half = word < T.uint32(0x80000000)
-    nearer = T.if_then_else(low_half, word, ~word)
-    distance = (T.Cast("float32", nearer) + T.float32(0.5)) * T.float32(2.0**-32)
-    exponential = T.if_then_else(low_half, -T.log(distance), -T.log1p(-distance))
-    return -T.log(exponential)
 
 
 def _magnitude(value: Any) -> Any:
@@ -92,122 +63,9 @@ def _magnitude(value: Any) -> Any:
     return T.bitwise_and(T.reinterpret("int32", value), T.int32(_MAGNITUDE))
 
 
-def _better(value: Any, index: Any, other_value: Any, other_index: Any) -> Any:
-    """Whether (value, index) wins an argmax against the other pair (ties: lower index)."""
-    return tirx.Or(value > other_value, tirx.And(value == other_value, index < other_index))
-
-
-class _Layout:
-    """How one kernel walks a row: threads per row, the row and thread loops, the passes.
-
-    A pass visits element `j = (outer * UNROLL + u) * threads + tx` for `outer` in
-    `range(outers)`, `u` in `range(UNROLL)`; `load` first reads the UNROLL values of one
-    `outer` (0 past the vocabulary), then the caller's body handles them in a serial `u`
-    loop (nvcc unrolls it and keeps the values in registers; TVM's own unrolling of those
-    bodies is not needed).
-    """
-
-    def __init__(self, vocab: int, gpu: bool) -> None:
-        self.vocab = vocab
-        self.gpu = gpu
-        self.threads = GPU_THREADS if gpu else 1
-        self.outers = -(-vocab // (self.threads * UNROLL))
-
-    def row_loop(self, rows: Any) -> Any:
-        return T.thread_binding(rows, thread="blockIdx.x") if self.gpu else T.parallel(rows)
-
-    def thread_loop(self) -> Any:
-        return T.thread_binding(self.threads, thread="threadIdx.x") if self.gpu else T.serial(1)
-
-    def index(self, outer: Any, u: Any, tx: Any) -> Any:
-        return T.Cast("int32", (outer * UNROLL + u) * self.threads + tx)
-
-    def macros(self) -> tuple[Any, Any, Any, Any]:
-        """(load, all_reduce, all_reduce_argmax, argmax_pass) macros for this layout.
-
-        On a CPU a row has one "thread", so a reduction is a copy. On a GPU each call site
-        needs its own result buffer: TVM 0.27's all-reduce lowering loses the shared staging
-        buffer of the second of two all-reduces that write the same buffer ("red_result ...
-        not passed in as API arguments").
-        """
-        vocab, gpu, index, outers = self.vocab, self.gpu, self.index, self.outers
-
-        @T.macro
-        def load(logits, row, outer, tx, values):
-            for u in T.unroll(UNROLL):
-                j: T.let[T.int32] = index(outer, u, tx)
-                values[u] = T.if_then_else(j < vocab, logits[row, j], T.float32(0))
-
-        @T.macro
-        def all_reduce(tx, combine, identity, value, result):
-            if gpu:
-                with T.sblock("all_reduce"):
-                    T.reads(value[0])
-                    T.writes(result[0])
-                    T.attr(
-                        T.comm_reducer(combine, [identity]),
-                        "reduce_scope",
-                        T.reinterpret("handle", T.uint64(0)),
-                    )
-                    T.tvm_thread_allreduce(T.uint32(1), value[0], True, result[0], tx, dtype="void")
-            else:
-                result[0] = value[0]
-
-        # The lowered all-reduce updates its values one after another, so the index goes
-        # first (computed from the old values) and the value is a max that does not read it.
-        @T.macro
-        def all_reduce_argmax(tx, index, value, result_index, result_value):
-            if gpu:
-                with T.sblock("all_reduce_argmax"):
-                    T.reads(index[0], value[0])
-                    T.writes(result_index[0], result_value[0])
-                    T.attr(
-                        T.comm_reducer(
-                            lambda i0, v0, i1, v1: (
-                                T.Select(_better(v0, i0, v1, i1), i0, i1),
-                                T.max(v0, v1),
-                            ),
-                            [T.int32(0), T.float32("-inf")],
-                        ),
-                        "reduce_scope",
-                        T.reinterpret("handle", T.uint64(0)),
-                    )
-                    T.tvm_thread_allreduce(
-                        T.uint32(2),
-                        index[0],
-                        value[0],
-                        True,
-                        result_index[0],
-                        result_value[0],
-                        tx,
-                        dtype="void",
-                    )
-            else:
-                result_index[0] = index[0]
-                result_value[0] = value[0]
-
-        # One pass over a row: its first maximal logit and index, in every thread's
-        # result_index/result_value (best/best_index are the thread's partials).
-        @T.macro
-        def argmax_pass(logits, row, tx, values, best, best_index, result_index, result_value):
-            best[0] = T.float32("-inf")
-            best_index[0] = T.int32(0)
-            for outer in T.serial(outers):
-                load(logits, row, outer, tx, values)
-                for u in T.serial(UNROLL):
-                    j: T.let[T.int32] = index(outer, u, tx)
-                    if j < vocab:
-                        if _better(values[u], j, best[0], best_index[0]):
-                            best[0] = values[u]
-                            best_index[0] = j
-            all_reduce_argmax(tx, best_index, best, result_index, result_value)
-
-        return load, all_reduce, all_reduce_argmax, argmax_pass
-
-
 def row_argmax(vocab: int, gpu: bool) -> tirx.PrimFunc:
     """`(logits [rows, vocab] f32) -> [rows] int32`: the first maximal index of each row."""
-    layout = _Layout(vocab, gpu)
+    layout = RowLayout(vocab, gpu)
     _, _, _, argmax_pass = layout.macros()
 
     @T.prim_func(private=True, s_tir=True)
@@ -238,7 +96,7 @@ def row_sample(vocab: int, gpu: bool) -> tirx.PrimFunc:
     min_p [rows] f32, keys [rows] u32) -> [rows] int32`. temperature <= 0: argmax;
     top_k <= 0 or >= vocab, top_p >= 1, min_p <= 0: that filter is off.
     """
-    layout = _Layout(vocab, gpu)
+    layout = RowLayout(vocab, gpu)
     load, all_reduce, all_reduce_argmax, argmax_pass = layout.macros()
     outers, index = layout.outers, layout.index
 
@@ -360,10 +218,10 @@ def row_sample(vocab: int, gpu: bool) -> tirx.PrimFunc:
                         if T.tvm_thread_invariant(done[0] == 0):
                             draw_key[0] = (
                                 T.Cast("uint64", keys[row])
-                                + T.Cast("uint64", draw) * T.uint64(_DRAW_STEP)
-                            ) & T.uint64(_LOW32)
+                                + T.Cast("uint64", draw) * T.uint64(DRAW_STEP)
+                            ) & T.uint64(LOW32)
                             key_mix[0] = draw_key[0]
-                            _mix32(key_mix)
+                            mix32(key_mix)
                             best[0] = T.float32("-inf")
                             best_index[0] = T.int32(0)
                             for outer in T.serial(outers):
@@ -383,14 +241,14 @@ def row_sample(vocab: int, gpu: bool) -> tirx.PrimFunc:
                                             # Element j's word: mix(mix(j * golden ^ mix(key))
                                             # + key), key being this draw's.
                                             word[0] = (
-                                                T.Cast("uint64", j) * T.uint64(_GOLDEN)
-                                                & T.uint64(_LOW32)
+                                                T.Cast("uint64", j) * T.uint64(GOLDEN)
+                                                & T.uint64(LOW32)
                                             ) ^ key_mix[0]
-                                            _mix32(word)
-                                            word[0] = (word[0] + draw_key[0]) & T.uint64(_LOW32)
-                                            _mix32(word)
-                                            score[0] = s + _gumbel(T.Cast("uint32", word[0]))
-                                            if _better(score[0], j, best[0], best_index[0]):
+                                            mix32(word)
+                                            word[0] = (word[0] + draw_key[0]) & T.uint64(LOW32)
+                                            mix32(word)
+                                            score[0] = s + gumbel(T.Cast("uint32", word[0]))
+                                            if better(score[0], j, best[0], best_index[0]):
                                                 best[0] = score[0]
                                                 best_index[0] = j
                             all_reduce_argmax(tx, best_index, best, winner_index, winner)

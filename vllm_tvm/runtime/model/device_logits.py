@@ -4,7 +4,7 @@ Why it exists: copying `[rows, vocab]` fp32 logits to the host every step (33 MB
 64 with a 128,256-token vocabulary) costs more than the sampling itself when a step only
 needs one token per row. `DeviceLogits` holds the tensor the forward returned and offers
 the full copy (`numpy()`) or the token ids reduced on the device (`argmax()`, `sample()`),
-using the artifact's compiled `argmax` / `sample` functions (model_defs/sampling.py).
+using the artifact's compiled `argmax` / `sample` functions (compiler/sampling_functions.py).
 Artifacts compiled before those functions existed still work: `argmax()` then reduces the
 host copy, and `can_sample` is False.
 

@@ -1,0 +1,90 @@
+"""Which GGUF architectures we serve, and the GGUF -> HF tensor-name table.
+
+Why apart: deciding whether a file is supported (gguf_config.py) needs the table as much as
+the weight reader (gguf_weights.py) does, and neither owns the other.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gguf import GGUFReader
+
+from vllm_tvm.checkpoints.gguf_reader import metadata_field
+
+SUPPORTED_ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+# The tensor that llama.cpp's converter writes for Llama 3.x "llama3" rope scaling: one
+# divisor per rotary frequency. It is folded into ``rope_scaling`` and is not a model weight.
+ROPE_FREQS_TENSOR = "rope_freqs.weight"
+
+_GLOBAL_TENSORS: dict[str, str] = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+_BLOCK_TENSORS: dict[str, str] = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+_QKV_BIAS: dict[str, str] = {
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+}
+
+# Per architecture, the per-block tensors it may hold (suffix after ``blk.N.``).
+_ARCH_BLOCK_TENSORS: dict[str, dict[str, str]] = {
+    "llama": {**_BLOCK_TENSORS, **_QKV_BIAS, "attn_output.bias": "self_attn.o_proj.bias"},
+    "qwen2": {**_BLOCK_TENSORS, **_QKV_BIAS},
+    "qwen3": {
+        **_BLOCK_TENSORS,
+        "attn_q_norm.weight": "self_attn.q_norm.weight",
+        "attn_k_norm.weight": "self_attn.k_norm.weight",
+    },
+}
+
+
+_BLOCK_NAME = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def architecture_of(reader: GGUFReader) -> str:
+    """The file's ``general.architecture``, refused unless it is one we support."""
+    arch = metadata_field(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ValueError(
+            f"unsupported GGUF architecture {arch!r}; "
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    return arch
+
+
+def hf_tensor_name(gguf_name: str, arch: str) -> str:
+    """Map one GGUF tensor name of architecture ``arch`` to its HF transformers name.
+
+    Raises ``ValueError`` naming the tensor when the architecture has no such tensor.
+    """
+    if gguf_name in _GLOBAL_TENSORS:
+        return _GLOBAL_TENSORS[gguf_name]
+    match = _BLOCK_NAME.fullmatch(gguf_name)
+    block_tensors = _ARCH_BLOCK_TENSORS[arch]
+    if match is None or match.group(2) not in block_tensors:
+        allowed = [*_GLOBAL_TENSORS, *(f"blk.N.{s}" for s in block_tensors)]
+        raise ValueError(
+            f"unsupported GGUF tensor {gguf_name!r} for architecture {arch!r}; "
+            f"supported: {', '.join(allowed)}"
+        )
+    return f"model.layers.{int(match.group(1))}.{block_tensors[match.group(2)]}"

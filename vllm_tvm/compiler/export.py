@@ -1,0 +1,93 @@
+"""Export, the first compile step: checkpoint config -> the model's Relax module and the
+manifest its artifact will carry.
+
+Why the manifest is made here: everything it says about the library (architecture, config,
+dtype, target, compile options, functions, parameter table) is known once the model is
+exported, and the library's `_metadata` is made from it (library_metadata.py), so each
+fact is written down once. The build adds the extensions the library calls, the write the
+files and the compile time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import tvm
+
+import vllm_tvm
+from vllm_tvm.artifacts.manifest import Manifest
+from vllm_tvm.checkpoints.model_config import read_model_config
+from vllm_tvm.compiler.attention import cudart_link_options, flashinfer_build_environment
+from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER
+from vllm_tvm.compiler.cuda_build import build_libcuda_stub
+from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
+from vllm_tvm.compiler.request import CompileRequest
+from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS
+from vllm_tvm.compiler.weight_plan import param_entry
+from vllm_tvm.model_defs.quant_linear import apply_weight_formats
+from vllm_tvm.model_defs.registry import family_for
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """An exported model, before any rewrite or lowering."""
+
+    mod: tvm.IRModule
+    """The model definition's functions (the KV cache's compiled objects attached)."""
+    manifest: Manifest
+    """The artifact's manifest, but for the extensions, files and compile time."""
+    link_options: list[str]
+    """Options of the library's final link (the CUDA runtime for FlashInfer's objects)."""
+
+
+def _attention_build_environment(request: CompileRequest) -> AbstractContextManager[object]:
+    """FlashInfer's JIT environment when the request uses it; otherwise nothing."""
+    if request.attention != ATTENTION_FLASHINFER:
+        return contextlib.nullcontext()
+    return flashinfer_build_environment(request.target.arch, build_libcuda_stub())
+
+
+def export_model(request: CompileRequest) -> ExportedModel:
+    """The Relax module of the request's model and the manifest of its artifact."""
+    config = read_model_config(request.model_path)
+    family = family_for(config)
+    model_config = family.parse_config(config)
+    target = request.target.make_target()
+    model = family.build_model(model_config, request.dtype, target, attention=request.attention)
+    apply_weight_formats(model, request.weight_formats)
+    with _attention_build_environment(request):
+        mod, named_params = model.export_tvm(spec=model.export_spec())
+    link_options: list[str] = []
+    if model.kv_cache_extern_mods:
+        existing = list(mod.attrs["external_mods"]) if "external_mods" in mod.attrs else []
+        mod = mod.with_attr("external_mods", [*existing, *model.kv_cache_extern_mods])
+        link_options = cudart_link_options()
+    params = [
+        param_entry(
+            name,
+            [int(dim) for dim in param.shape],
+            str(param.dtype),
+            family.weight_sources,
+            request.weight_formats,
+        )
+        for name, param in named_params
+    ]
+    manifest = Manifest(
+        architecture=model_config.architecture,
+        config_hash=model_config.fingerprint(),
+        model_config=model_config.to_dict(),
+        target=request.target.name,
+        target_kind=request.target.kind,
+        dtype=request.dtype,
+        tvm_version=tvm.__version__,
+        vllm_tvm_version=vllm_tvm.__version__,
+        functions=[*model.export_spec(), *SAMPLING_FUNCTIONS, METADATA_FUNCTION],
+        params=params,
+        weights_reference=str(request.model_path.resolve()),
+        cuda_graph=request.cuda_graph,
+        gemm=request.gemm,
+        attention=request.attention,
+    )
+    return ExportedModel(mod, manifest, link_options)

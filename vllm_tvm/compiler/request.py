@@ -1,0 +1,28 @@
+"""The compile request: what one compile makes, shared by its export, build and write steps.
+
+Kept apart from build.py (which validates user options into a request and runs the steps)
+so that the step modules can name it without importing the module that imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_tvm.compiler.backends import ATTENTION_TIR, GEMM_TIR
+from vllm_tvm.compiler.targets import TargetSpec
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """What to compile: a checkpoint, for a target, in a dtype; `weight_formats` names the
+    weights compiled quantized (parameter name -> format; see compiler/weight_plan.py)."""
+
+    model_path: Path
+    target: TargetSpec
+    dtype: str
+    weight_formats: Mapping[str, str] = field(default_factory=dict, hash=False)
+    cuda_graph: bool = False
+    gemm: str = GEMM_TIR
+    attention: str = ATTENTION_TIR
