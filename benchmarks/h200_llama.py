@@ -9,6 +9,10 @@ With several `--artifact`s (e.g. `--gemm cublaslt` and `--gemm tir` builds of on
 is measured in turn on the same weights, in the same run. `--gemm-bench` times the cuBLASLt
 extension against torch.matmul on the model's projection shapes.
 
+Level: these are forward calls of the ModelRunner (no scheduler, no stop rules), recorded as
+`level: runner` in each run's `conditions`; the engine-level decode-only figure, the level
+vLLM's is taken at, comes from benchmarks/engine_decode.py.
+
 usage (on the GPU box, artifacts and the runtime bundle built elsewhere):
   PYTHONPATH=.device/tvm_bundle:. python3 benchmarks/h200_llama.py --artifact A [B ...]
       --config C [--check] [--bench] [--gemm-bench] [--batches 1,32,64]
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from peers.result_conditions import EACH_BATCH, model_shape, record_workload
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from vllm_tvm.artifacts.manifest import read_manifest
@@ -264,6 +269,7 @@ def bench(
     timed(prefill_once, 2)
     ttft = timed(prefill_once, 5)
     report["ttft_1024_ms_median"] = statistics.median(ttft) * 1e3
+    record_workload(report, "ttft_1024_ms_median", 1024, 1, 1)
     print("ttft@1024 ms", report["ttft_1024_ms_median"], flush=True)
     # Decode: batch of b sequences after a `context`-token prompt each; time 64 steps.
     for context, b in ((context, b) for context in contexts for b in batches):
@@ -282,6 +288,7 @@ def bench(
         for sid in ids:
             runner.kv_cache.remove_sequence(sid)
         report[f"decode_b{b}_ctx{context}_tok_s"] = b * steps / elapsed
+        record_workload(report, f"decode_b{b}_ctx{context}_tok_s", context, steps, b)
         report[f"decode_b{b}_ctx{context}_ms_per_step"] = elapsed / steps * 1e3
         print(
             f"decode b{b} ctx{context}: {b * steps / elapsed:.1f} tok/s, "
@@ -398,7 +405,15 @@ def main() -> None:
     contexts = [int(c) for c in args.decode_context.split(",")]
     gemm_benched = False  # the GEMM shapes are timed once, with the first cuBLASLt artifact
     for artifact in args.artifact:
-        run: dict = {}
+        # Every timed call ran once untimed at its batch size first (bench()).
+        run: dict = {
+            "conditions": {
+                "level": "runner",
+                "dtype": read_manifest(artifact).dtype,
+                "shape": model_shape(oracle.config.to_dict()),
+                "warmup": EACH_BATCH,
+            }
+        }
         report["runs"][str(artifact)] = run
         params, _torch_tensors = dlpack_params(artifact, oracle, tvm)
         start = time.perf_counter()

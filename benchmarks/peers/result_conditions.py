@@ -45,6 +45,23 @@ def model_shape(config: dict[str, Any]) -> dict[str, int]:
     return {key: int(head_dim if key == "head_dim" else config[key]) for key in SHAPE_KEYS}
 
 
+def record_workload(
+    report: dict[str, Any], key: str, input_len: int, output_len: int, batch: int, **more: Any
+) -> None:
+    """Say in `report` which workload (and any `more` conditions) the number under `key`
+    was measured on."""
+    workload = {"input_len": input_len, "output_len": output_len, "batch": batch, **more}
+    report.setdefault("metric_conditions", {})[key] = workload
+
+
+def merge_results(report: dict[str, Any], part: dict[str, Any]) -> None:
+    """Add the values of `part` to `report`, keeping both sides' per-metric conditions."""
+    per_metric = {**report.get("metric_conditions", {}), **part.get("metric_conditions", {})}
+    report |= part
+    if per_metric:
+        report["metric_conditions"] = per_metric
+
+
 def conditions_of(result: dict[str, Any], key: str) -> dict[str, Any]:
     """The conditions under which `result[key]` was measured (file-wide, then per metric)."""
     per_metric = result.get("metric_conditions", {}).get(key, {})
