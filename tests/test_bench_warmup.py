@@ -102,3 +102,18 @@ def test_every_concurrency_is_warmed_before_the_first_timed_request(
     warm_steps = [count for rid, count in engine.steps if rid.startswith("warmup")]
     assert max(warm_steps) == max(CONCURRENCY) and set(CONCURRENCY) <= set(warm_steps)
     assert report.conditions["warmup"]["concurrency"] == list(CONCURRENCY)
+
+
+def test_the_report_records_its_level_and_model_shape(tiny_model_dir, monkeypatch) -> None:
+    engine = CountingEngine()
+    monkeypatch.setattr(sweep, "load_bench_engine", lambda config, artifact, blocks: engine)
+    config = BenchConfig(
+        model=tiny_model_dir("llama"),
+        concurrency=(2,),
+        input_len=4,
+        output_len=2,
+        show_progress=False,
+    )
+    conditions = sweep.run_benchmark(config).conditions
+    assert conditions["level"] == "engine"
+    assert conditions["model_config"]["hidden_size"] == 64

@@ -223,3 +223,48 @@ def test_one_metric_in_two_ours_files_is_refused(tmp_path: Path) -> None:
         path.write_text(json.dumps(OURS))
     with pytest.raises(SystemExit, match="decode_b1_tok_s is in more than one --ours file"):
         compare.main(["--ours", str(first), str(second)])
+
+
+def bench_report(**conditions) -> dict:
+    """A `vllm-tvm bench` report of one level at concurrency 32, 1,024 in / 256 out."""
+    recorded = {
+        "level": "engine",
+        "dtype": "bfloat16",
+        "model_config": {**SHAPE, "architecture": "LlamaForCausalLM", "rope_theta": 5e5},
+        "workload": "random",
+        "input_len": 1024,
+        "output_len": 256,
+        "warmup": {"prompt_len": 1024, "output_len": 4, "concurrency": [32]},
+        **conditions,
+    }
+    level = {"concurrency": 32, "output_throughput": 2850.0}
+    return {"schema": "vllm-tvm-bench/1", "conditions": recorded, "levels": [level]}
+
+
+def compare_bench_report(tmp_path: Path, capsys, report: dict) -> str:
+    ours, vllm = tmp_path / "ours.json", tmp_path / "vllm.json"
+    ours.write_text(json.dumps(report))
+    vllm.write_text(json.dumps(VLLM))
+    compare.main(["--ours", str(ours), "--vllm", str(vllm), "--batches", "32"])
+    return capsys.readouterr().out
+
+
+def test_a_bench_report_gives_its_aggregates_with_their_conditions(tmp_path, capsys) -> None:
+    text = compare_bench_report(tmp_path, capsys, bench_report())
+    assert row(text, "aggregate b32")[1:] == ["2,850", "5,072", f"{2850 / 5072:.2f}x"]
+
+
+def test_a_bench_report_that_did_not_warm_every_level_is_refused(tmp_path, capsys) -> None:
+    warmup = {"prompt_len": 1024, "output_len": 4, "concurrency": [1]}
+    text = compare_bench_report(tmp_path, capsys, bench_report(warmup=warmup))
+    assert row(text, "aggregate b32")[-1] == "refused"
+    assert "warmup not recorded (ours)" in text
+
+
+def test_a_bench_report_from_before_conditions_were_recorded_is_refused(tmp_path, capsys) -> None:
+    committed = PEERS.parents[0] / "results" / "h200_same_run_2026-11-30" / "ours_engine_c32.json"
+    text = compare_bench_report(tmp_path, capsys, json.loads(committed.read_text()))
+    assert row(text, "aggregate b32")[1:3] == ["2,850", "5,072"]
+    assert row(text, "aggregate b32")[-1] == "refused"
+    for field in ("level", "shape", "warmup"):
+        assert f"{field} not recorded (ours)" in text

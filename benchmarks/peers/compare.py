@@ -9,10 +9,11 @@ the fields that differ named under the table.
 
 Inputs: ours as one or more JSON files with the same keys (`decode_b1_tok_s`,
 `ttft_1024_ms_median`, `aggregate_bB_tok_s`, `decode_bB_tok_s`; e.g. benchmarks/
-engine_decode.py's output), the peers from run_vllm.py, run_llamacpp.py and run_hf.py (same
-keys; their `decode_bB_tok_s` is decode-only after 1,024-token prompts, `aggregate_bB_tok_s`
-is output tokens / wall time of 1,024 in + 256 out). Every ratio is ours ÷ peer: above 1 is
-better for ours in tok/s rows, worse in the TTFT row.
+engine_decode.py's output, or a `vllm-tvm bench --output-json` report for the aggregates),
+the peers from run_vllm.py, run_llamacpp.py and run_hf.py (same keys; their
+`decode_bB_tok_s` is decode-only after 1,024-token prompts, `aggregate_bB_tok_s` is output
+tokens / wall time of 1,024 in + 256 out). Every ratio is ours ÷ peer: above 1 is better for
+ours in tok/s rows, worse in the TTFT row.
 
 usage: python3 benchmarks/peers/compare.py --ours OURS.json [MORE.json ...] [--vllm V.json]
            [--llamacpp L.json] [--hf H.json] [--batches 32,64,256] [--out TABLE.md]
@@ -26,9 +27,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from result_conditions import conditions_of, differences
+from result_conditions import (
+    EACH_BATCH,
+    conditions_of,
+    differences,
+    model_shape,
+    record_workload,
+)
 
 PEERS = (("vllm", "vLLM"), ("llamacpp", "llama.cpp"), ("hf", "HF"))
+BENCH_SCHEMA = "vllm-tvm-bench/1"
+"""`vllm-tvm bench`'s report (vllm_tvm/benchmarking/report.py), read by `from_bench_report`."""
 
 
 @dataclass(frozen=True)
@@ -74,11 +83,36 @@ def load(path: Path | None) -> dict | None:
 
 
 def load_result(path: Path) -> dict:
-    """A result file; a missing or broken file is an error naming it."""
+    """A result file (a `vllm-tvm bench` report is read as its aggregate numbers); a missing
+    or broken file is an error naming it."""
     try:
-        return json.loads(path.read_text())
+        result = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise SystemExit(f"cannot read result file {path}: {error}") from error
+    return from_bench_report(result) if result.get("schema") == BENCH_SCHEMA else result
+
+
+def from_bench_report(report: dict) -> dict:
+    """A `vllm-tvm bench` JSON as compare's keys: each level's output tokens per second of
+    the whole level as `aggregate_bC_tok_s`. Conditions the report does not record (reports
+    written before they were) are left out, so those ratios are refused, not guessed."""
+    recorded = report["conditions"]
+    conditions = {key: recorded[key] for key in ("level", "dtype") if key in recorded}
+    if "model_config" in recorded:
+        conditions["shape"] = model_shape(recorded["model_config"])
+    warmed = recorded.get("warmup", {}).get("concurrency")
+    levels = report["levels"]
+    if warmed is not None and {level["concurrency"] for level in levels} <= set(warmed):
+        conditions["warmup"] = EACH_BATCH
+    result: dict = {"engine": "vllm-tvm", "conditions": conditions}
+    for level in levels:
+        key = f"aggregate_b{level['concurrency']}_tok_s"
+        result[key] = level["output_throughput"]
+        if recorded.get("workload") == "random":  # prompts of exactly input_len tokens
+            record_workload(
+                result, key, recorded["input_len"], recorded["output_len"], level["concurrency"]
+            )
+    return result
 
 
 def fmt(value: float | None) -> str:

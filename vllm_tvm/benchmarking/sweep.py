@@ -108,13 +108,16 @@ def _conditions(
     workload: Workload,
     warmup_len: int,
 ) -> dict[str, Any]:
-    """Everything a reader needs to reproduce or compare the numbers."""
+    """Everything a reader needs to reproduce or compare the numbers (`level` "engine":
+    requests through the engine's step loop, as benchmarks/peers/compare.py reads it)."""
     machine = host()
     device_name = engine.runner.device.device_name if config.device == "cuda" else machine["cpu"]
     return {
+        "level": "engine",
         "model": str(config.model),
         "model_name": Path(config.model).name,
         "architecture": manifest.architecture,
+        "model_config": manifest.model_config,
         "load_format": config.load_format,
         "device": config.device,
         "device_name": device_name,
