@@ -9,6 +9,10 @@ With several `--artifact`s (e.g. `--gemm cublaslt` and `--gemm tir` builds of on
 is measured in turn on the same weights, in the same run. `--gemm-bench` times the cuBLASLt
 extension against torch.matmul on the model's projection shapes.
 
+Level: these are forward calls of the ModelRunner (no scheduler, no stop rules), recorded as
+`level: runner` in each run's `conditions`; the engine-level decode-only figure, the level
+vLLM's is taken at, comes from benchmarks/engine_decode.py.
+
 usage (on the GPU box, artifacts and the runtime bundle built elsewhere):
   PYTHONPATH=.device/tvm_bundle:. python3 benchmarks/h200_llama.py --artifact A [B ...]
       --config C [--check] [--bench] [--gemm-bench] [--batches 1,32,64]
@@ -25,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from h200_kernels import attention_bench, gemm_bench, timed, uses_cublaslt
+from peers.result_conditions import EACH_BATCH, model_shape, record_workload
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from vllm_tvm.artifacts.manifest import read_manifest
@@ -176,77 +182,6 @@ def prefill_in_chunks(runner: ModelRunner, ids: list[int], prompts: list[list[in
         start = end
 
 
-def uses_cublaslt(runner: ModelRunner) -> bool:
-    """Whether the artifact's matmuls call the cuBLASLt extension (which gemm_bench times)."""
-    from vllm_tvm.kernels.cublaslt import EXTENSION_NAME
-
-    return EXTENSION_NAME in runner.manifest.extensions
-
-
-def gemm_bench(tvm_module, config: dict, report: dict) -> None:
-    """cuBLASLt extension vs torch.matmul (x @ w.T) on the model's projection shapes, bf16;
-    TFLOP/s from CUDA events over 20 calls, and the largest relative difference."""
-    import tvm_ffi
-
-    gemm = tvm_ffi.get_global_func("vllm_tvm.cublaslt.gemm_nt")
-    hidden, inter = config["hidden_size"], config["intermediate_size"]
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    head_dim = config.get("head_dim") or hidden // heads
-    shapes = {
-        "qkv": ((heads + 2 * kv_heads) * head_dim, hidden),
-        "o": (hidden, heads * head_dim),
-        "gate_up": (2 * inter, hidden),
-        "down": (hidden, inter),
-    }
-    rows = {}
-    for m in (1024, 256, 64, 16):
-        for label, (n, k) in shapes.items():
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            tx, tw, tout = (tvm_module.runtime.from_dlpack(t) for t in (x, w, out))
-
-            def ours(tx=tx, tw=tw, tout=tout):
-                gemm(tx, tw, tout)
-
-            def theirs(x=x, w=w):
-                torch.matmul(x, w.t())
-
-            ours()
-            diff = float((out.float() - torch.matmul(x, w.t()).float()).abs().max())
-            scale = float(torch.matmul(x, w.t()).float().abs().max())
-            result = {"max_rel_diff": diff / scale}
-            for name, fn in (("cublaslt_ext", ours), ("torch", theirs)):
-                for _ in range(3):
-                    fn()
-                begin, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
-                begin.record()
-                for _ in range(20):
-                    fn()
-                end.record()
-                torch.cuda.synchronize()
-                seconds = begin.elapsed_time(end) / 1e3 / 20
-                result[f"{name}_tflops"] = round(2 * m * n * k / seconds / 1e12, 1)
-            result["ratio"] = round(result["cublaslt_ext_tflops"] / result["torch_tflops"], 3)
-            rows[f"m{m}_{label}_n{n}_k{k}"] = result
-            print("gemm", f"m{m}_{label}_n{n}_k{k}", result, flush=True)
-    report["gemm_bench"] = rows
-
-
-def timed(fn, repeat: int) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def bench(
     runner: ModelRunner, vocab: int, batches: list[int], contexts: list[int], report: dict
 ) -> None:
@@ -264,6 +199,7 @@ def bench(
     timed(prefill_once, 2)
     ttft = timed(prefill_once, 5)
     report["ttft_1024_ms_median"] = statistics.median(ttft) * 1e3
+    record_workload(report, "ttft_1024_ms_median", 1024, 1, 1)
     print("ttft@1024 ms", report["ttft_1024_ms_median"], flush=True)
     # Decode: batch of b sequences after a `context`-token prompt each; time 64 steps.
     for context, b in ((context, b) for context in contexts for b in batches):
@@ -282,6 +218,7 @@ def bench(
         for sid in ids:
             runner.kv_cache.remove_sequence(sid)
         report[f"decode_b{b}_ctx{context}_tok_s"] = b * steps / elapsed
+        record_workload(report, f"decode_b{b}_ctx{context}_tok_s", context, steps, b)
         report[f"decode_b{b}_ctx{context}_ms_per_step"] = elapsed / steps * 1e3
         print(
             f"decode b{b} ctx{context}: {b * steps / elapsed:.1f} tok/s, "
@@ -318,31 +255,6 @@ def sampling_bench(runner: ModelRunner, vocab: int, report: dict) -> None:
         print(f"sampling b64 {label}: {seconds * 1e3:.3f} ms", flush=True)
     for sid in ids:
         runner.kv_cache.remove_sequence(sid)
-
-
-def attention_bench(config: dict, report: dict) -> None:
-    """torch SDPA (flash backend) on one layer's attention shapes, to read our profile's
-    attention kernels against: causal prefill of 1,024 tokens, and decode of 64 sequences
-    over 1,024 cached tokens each."""
-    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
-    cases = {
-        "prefill_1024": (1, 1024, 1024, True),
-        "decode_b64_ctx1024": (64, 1, 1024, False),
-    }
-    for label, (batch, q_len, kv_len, causal) in cases.items():
-        q = torch.randn(batch, heads, q_len, head_dim, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(batch, kv_heads, kv_len, head_dim, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-
-        def sdpa(q=q, k=k, v=v, causal=causal):
-            torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=causal, enable_gqa=True
-            )
-
-        seconds = statistics.median(timed(sdpa, 20))
-        report[f"torch_sdpa_{label}_ms_per_layer"] = round(seconds * 1e3, 4)
-        print(f"torch sdpa {label}: {seconds * 1e3:.4f} ms per layer", flush=True)
 
 
 def bench_hf_eager(oracle, vocab: int, report: dict) -> None:
@@ -398,7 +310,15 @@ def main() -> None:
     contexts = [int(c) for c in args.decode_context.split(",")]
     gemm_benched = False  # the GEMM shapes are timed once, with the first cuBLASLt artifact
     for artifact in args.artifact:
-        run: dict = {}
+        # Every timed call ran once untimed at its batch size first (bench()).
+        run: dict = {
+            "conditions": {
+                "level": "runner",
+                "dtype": read_manifest(artifact).dtype,
+                "shape": model_shape(oracle.config.to_dict()),
+                "warmup": EACH_BATCH,
+            }
+        }
         report["runs"][str(artifact)] = run
         params, _torch_tensors = dlpack_params(artifact, oracle, tvm)
         start = time.perf_counter()

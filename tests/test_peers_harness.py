@@ -115,3 +115,26 @@ def test_hf_harness_reports_decode_and_ttft_on_cpu(monkeypatch: pytest.MonkeyPat
     run_hf.measure(model, report, lambda: saves.append(1))
     assert report["decode_b1_tok_s"] > 0 and report["ttft_16_ms_median"] > 0
     assert len(report["raw"]["b1_out1_s"]) == 5 and len(saves) == 2
+    assert report["metric_conditions"] == {
+        "decode_b1_tok_s": {"input_len": 8, "output_len": 5, "batch": 1},
+        "ttft_16_ms_median": {"input_len": 16, "output_len": 1, "batch": 1},
+    }
+
+
+def test_vllm_runs_each_batch_untimed_before_timing_it(vllm_report) -> None:
+    _, llm, _ = vllm_report
+    for b in (32, 64):
+        calls = [call for call in llm.calls if call[0] == b]
+        # One warm-up of each call (256 out, 1 out) before the two timed repeats of each.
+        assert calls == [(b, 1024, 256), (b, 1024, 1)] + [(b, 1024, 256)] * 2 + [(b, 1024, 1)] * 2
+
+
+def test_vllm_records_the_workload_of_every_number(vllm_report) -> None:
+    report, _, _ = vllm_report
+    per_metric = report["metric_conditions"]
+    assert per_metric["decode_b1_tok_s"] == {"input_len": 128, "output_len": 257, "batch": 1}
+    assert per_metric["ttft_1024_ms_median"] == {"input_len": 1024, "output_len": 1, "batch": 1}
+    for b in (32, 64):
+        for kind in ("aggregate", "decode"):
+            expected = {"input_len": 1024, "output_len": 256, "batch": b}
+            assert per_metric[f"{kind}_b{b}_tok_s"] == expected

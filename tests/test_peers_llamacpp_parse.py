@@ -16,7 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "peers"))
 
-from run_llamacpp import parse_batched_bench, parse_llama_bench
+from result_conditions import EACH_BATCH, merge_results
+from run_llamacpp import BATCHED_WARMUP, parse_batched_bench, parse_llama_bench
 
 DATA = Path(__file__).parent / "data"
 BENCH = (DATA / "peers_llama_bench_cpu.json").read_text()
@@ -70,3 +71,38 @@ def test_repeated_batch_size_keeps_its_first_row() -> None:
 def test_batched_output_without_rows_is_refused() -> None:
     with pytest.raises(ValueError, match="no jsonl rows"):
         parse_batched_bench("main: n_kv_max = 1024\n")
+
+
+def test_each_number_records_its_workload_and_warm_up() -> None:
+    tests = json.loads(BENCH)
+    pp = next(t for t in tests if t["n_gen"] == 0)
+    tg = next(t for t in tests if t["n_prompt"] == 0)
+    bench = parse_llama_bench(BENCH)["metric_conditions"]
+    assert bench[f"ttft_{pp['n_prompt']}_ms_median"] == {
+        "input_len": pp["n_prompt"],
+        "output_len": 0,
+        "batch": 1,
+        "warmup": EACH_BATCH,
+    }
+    assert bench["decode_b1_tok_s"]["output_len"] == tg["n_gen"]
+    batched = parse_batched_bench(BATCHED)["metric_conditions"]
+    for line in filter(None, BATCHED.splitlines()):
+        row = json.loads(line)
+        if row["pl"] == 1:
+            continue
+        assert batched[f"decode_b{row['pl']}_tok_s"] == {
+            "input_len": row["pp"],
+            "output_len": row["tg"],
+            "batch": row["pl"],
+            "warmup": BATCHED_WARMUP,
+        }
+
+
+def test_merging_both_tools_keeps_every_numbers_conditions() -> None:
+    report: dict = {"conditions": {"level": "runner"}}
+    merge_results(report, parse_llama_bench(BENCH))
+    merge_results(report, parse_batched_bench(BATCHED))
+    assert "decode_b1_tok_s" in report["metric_conditions"]
+    batched_keys = [key for key in report["metric_conditions"] if key.startswith("decode_b")]
+    assert len(batched_keys) > 1
+    assert report["conditions"] == {"level": "runner"}

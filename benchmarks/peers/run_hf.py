@@ -33,6 +33,7 @@ from pathlib import Path
 
 from llama31_8b import LLAMA_31_8B, LlamaShape, config_json, write_config_dir
 from peer_report import finish, record_error, save
+from result_conditions import EACH_BATCH, model_shape, record_workload
 
 B1_PROMPT, B1_OUT = 128, 257
 TTFT_PROMPT = 1024
@@ -124,6 +125,7 @@ def measure(model, report: dict, save: Callable[[], None]) -> None:
     step = (statistics.median(tn) - statistics.median(t1)) / (B1_OUT - 1)
     report["decode_b1_tok_s"] = 1.0 / step
     report["decode_b1_ms_per_step"] = step * 1e3
+    record_workload(report, "decode_b1_tok_s", B1_PROMPT, B1_OUT, 1)
     report["raw"] |= {"b1_out1_s": t1, f"b1_out{B1_OUT}_s": tn}
     print(f"b1 decode: {1 / step:.1f} tok/s ({step * 1e3:.3f} ms/step)", flush=True)
     save()
@@ -133,6 +135,7 @@ def measure(model, report: dict, save: Callable[[], None]) -> None:
         ttft(prompt(TTFT_PROMPT), 1)
     times = [ttft(prompt(TTFT_PROMPT), 1) for _ in range(5)]
     report[f"ttft_{TTFT_PROMPT}_ms_median"] = statistics.median(times) * 1e3
+    record_workload(report, f"ttft_{TTFT_PROMPT}_ms_median", TTFT_PROMPT, 1, 1)
     report["raw"][f"ttft_{TTFT_PROMPT}_s"] = times
     print(f"TTFT@{TTFT_PROMPT}: {statistics.median(times) * 1e3:.2f} ms", flush=True)
     save()
@@ -145,6 +148,14 @@ def main() -> int:
     report: dict = {
         "engine": "hf",
         "shape": config_json(),
+        # `generate` with its sampling and stopping is HF's engine; every call is batch 1,
+        # and each prompt length runs untimed before it is timed.
+        "conditions": {
+            "level": "engine",
+            "dtype": "bfloat16",
+            "shape": model_shape(config_json()),
+            "warmup": EACH_BATCH,
+        },
         "raw": {},
         "definitions": __doc__.split("Definitions")[1].split("usage:")[0].strip(),
         "loadavg_start": os.getloadavg(),

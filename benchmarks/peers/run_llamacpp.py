@@ -14,6 +14,9 @@ Definitions:
                          steps each: B*256 / (prefill time + decode time)
   decode_bB_tok_s        batched-bench speed_tg: B*256 / decode time
   (batched-bench's B = 1 row is kept as batched_aggregate_b1_tok_s / batched_decode_b1_tok_s)
+Both tools call llama_decode on token batches with no sampling and no server: their level is
+the runner's, not an engine's. llama-bench runs each test once untimed before its
+repetitions; llama-batched-bench warms up with one 16-token batch only.
 
 usage: python3 benchmarks/peers/run_llamacpp.py --work /tmp/peers/llamacpp
            --gguf /tmp/peers/llama31_8b_f16.gguf --out $OUT/llamacpp.json [--npl 1,32,64]
@@ -30,9 +33,12 @@ import time
 import traceback
 from pathlib import Path
 
+from llama31_8b import config_json
+from result_conditions import EACH_BATCH, merge_results, model_shape, record_workload
 from write_random_gguf import partial_path, write_random_gguf
 
 PROMPT, GENERATED = 1024, 256
+BATCHED_WARMUP = "one 16-token batch before the first batch size (llama-batched-bench's own)"
 BENCH_ARGS = ["-ngl", "99", "-fa", "1", "-p", str(PROMPT), "-n", "128", "-r", "5", "-o", "json"]
 
 
@@ -94,10 +100,12 @@ def parse_llama_bench(stdout: str) -> dict:
             result[f"ttft_{prompt}_ms_median"] = median_ms
             result[f"prefill_{prompt}_tok_s"] = prompt / median_ms * 1e3
             result[f"raw_pp{prompt}_ms"] = times_ms
+            record_workload(result, f"ttft_{prompt}_ms_median", prompt, 0, 1, warmup=EACH_BATCH)
         elif generated > 0 and prompt == 0:
             result["decode_b1_tok_s"] = generated / median_ms * 1e3
             result["decode_b1_ms_per_step"] = median_ms / generated
             result[f"raw_tg{generated}_ms"] = times_ms
+            record_workload(result, "decode_b1_tok_s", 0, generated, 1, warmup=EACH_BATCH)
     if "decode_b1_tok_s" not in result or not any(k.startswith("ttft_") for k in result):
         raise ValueError(f"llama-bench output lacks a pp or tg test: {stdout[:500]}")
     return result
@@ -122,6 +130,9 @@ def parse_batched_bench(output: str) -> dict:
         result[f"{prefix}aggregate_b{b}_tok_s"] = b * row["tg"] / (row["t_pp"] + row["t_tg"])
         result[f"{prefix}decode_b{b}_tok_s"] = row["speed_tg"]
         result[f"raw_b{b}"] = row
+        for kind in ("aggregate", "decode"):
+            key = f"{prefix}{kind}_b{b}_tok_s"
+            record_workload(result, key, row["pp"], row["tg"], b, warmup=BATCHED_WARMUP)
     if not result:
         raise ValueError(f"llama-batched-bench printed no jsonl rows: {output[-1500:]}")
     return result
@@ -149,6 +160,7 @@ def main() -> int:
     report: dict = {
         "engine": "llama.cpp",
         "definitions": __doc__.split("Definitions:")[1].split("usage:")[0].strip(),
+        "conditions": {"level": "runner", "dtype": "float16", "shape": model_shape(config_json())},
     }
     logs = args.out.parent
     logs.mkdir(parents=True, exist_ok=True)
@@ -160,7 +172,7 @@ def main() -> int:
             [str(bin_dir / "llama-bench"), "-m", str(args.gguf), *BENCH_ARGS],
             logs / "llama-bench.log",
         )
-        report |= parse_llama_bench(bench)
+        merge_results(report, parse_llama_bench(bench))
         print(
             f"tg128 {report['decode_b1_tok_s']:.1f} tok/s, pp{PROMPT} "
             f"{report[f'ttft_{PROMPT}_ms_median']:.1f} ms",
@@ -190,7 +202,7 @@ def main() -> int:
             "jsonl",
         ]
         batched = "\n".join(run(batched_cmd, logs / "llama-batched-bench.log"))
-        report |= parse_batched_bench(batched)
+        merge_results(report, parse_batched_bench(batched))
         missing = [b for b in npl if f"raw_b{b}" not in report]
         if missing:
             raise RuntimeError(f"batched-bench skipped batch sizes {missing} (context {context})")

@@ -6,6 +6,8 @@ as its users run it: default engine (torch.compile + CUDA graphs + FlashAttentio
 prefill, async scheduling), `load_format="dummy"` (random weights), no tokenizer (prompts are
 token ids), greedy, `ignore_eos` so every request produces exactly `max_tokens` tokens.
 Prefix caching is off so a repeated measurement never reuses an earlier prompt's KV.
+Before each measurement's timed calls, the same calls run once untimed with other prompts
+(warm-up policy `each-batch`): every row count is warm before it is timed.
 
 Definitions (wall clock around one `LLM.generate` call, median over repetitions):
   decode_b1_tok_s        (N-1) / (t(prompt 128, out N) - t(prompt 128, out 1)), N = 257:
@@ -35,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from llama31_8b import LLAMA_31_8B, config_json, write_config_dir
 from peer_report import finish, record_error, save
+from result_conditions import EACH_BATCH, model_shape, record_workload
 
 # Before vLLM is imported: no network, no FlashInfer sampler (its probe imports flashinfer,
 # which is not carried), no usage reporting.
@@ -49,6 +52,7 @@ for key, value in {
 
 B1_PROMPT, B1_OUT = 128, 257
 AGG_PROMPT, AGG_OUT = 1024, 256
+DTYPE = "bfloat16"
 clock = time.perf_counter  # replaced by a fake clock in the harness's test
 
 
@@ -98,6 +102,7 @@ def measure(llm, batches: list[int], repeats: int, report: dict, save: Callable[
     step = (statistics.median(tn) - statistics.median(t1)) / (B1_OUT - 1)
     report["decode_b1_tok_s"] = 1.0 / step
     report["decode_b1_ms_per_step"] = step * 1e3
+    record_workload(report, "decode_b1_tok_s", B1_PROMPT, B1_OUT, 1)
     report["raw"]["b1_out1_s"], report["raw"][f"b1_out{B1_OUT}_s"] = t1, tn
     print(f"b1 decode: {1 / step:.1f} tok/s ({step * 1e3:.3f} ms/step)", flush=True)
     save()
@@ -106,17 +111,22 @@ def measure(llm, batches: list[int], repeats: int, report: dict, save: Callable[
         timed_generate(llm, prompts.batch(1, AGG_PROMPT), 1)
     ttft = [timed_generate(llm, prompts.batch(1, AGG_PROMPT), 1) for _ in range(7)]
     report["ttft_1024_ms_median"] = statistics.median(ttft) * 1e3
+    record_workload(report, "ttft_1024_ms_median", AGG_PROMPT, 1, 1)
     report["raw"]["ttft_1024_s"] = ttft
     print(f"TTFT@1024: {report['ttft_1024_ms_median']:.2f} ms", flush=True)
     save()
 
     for b in batches:
+        timed_generate(llm, prompts.batch(b, AGG_PROMPT), AGG_OUT)  # warm-up of this batch
+        timed_generate(llm, prompts.batch(b, AGG_PROMPT), 1)
         full = [timed_generate(llm, prompts.batch(b, AGG_PROMPT), AGG_OUT) for _ in range(repeats)]
         first = [timed_generate(llm, prompts.batch(b, AGG_PROMPT), 1) for _ in range(repeats)]
         t_full, t_first = statistics.median(full), statistics.median(first)
         report[f"aggregate_b{b}_tok_s"] = b * AGG_OUT / t_full
         report[f"aggregate_b{b}_total_tok_s"] = b * (AGG_PROMPT + AGG_OUT) / t_full
         report[f"decode_b{b}_tok_s"] = b * (AGG_OUT - 1) / (t_full - t_first)
+        for kind in ("aggregate", "decode"):
+            record_workload(report, f"{kind}_b{b}_tok_s", AGG_PROMPT, AGG_OUT, b)
         report["raw"][f"b{b}_out{AGG_OUT}_s"], report["raw"][f"b{b}_out1_s"] = full, first
         print(
             f"b{b}: aggregate {report[f'aggregate_b{b}_tok_s']:.0f} tok/s, decode-only "
@@ -159,6 +169,12 @@ def main() -> int:
     report: dict = {
         "engine": "vllm",
         "shape": config_json(),
+        "conditions": {
+            "level": "engine",
+            "dtype": DTYPE,
+            "shape": model_shape(config_json()),
+            "warmup": EACH_BATCH,
+        },
         "raw": {},
         "definitions": __doc__.split("Definitions")[1].split("usage:")[0].strip(),
     }
@@ -180,7 +196,7 @@ def main() -> int:
             model=str(model_dir),
             load_format="dummy",
             skip_tokenizer_init=True,
-            dtype="bfloat16",
+            dtype=DTYPE,
             max_model_len=4096,
             gpu_memory_utilization=args.gpu_memory_utilization,
             enable_prefix_caching=False,

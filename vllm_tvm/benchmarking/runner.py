@@ -45,9 +45,13 @@ def bench_sampling_params(output_len: int, temperature: float = 0.0) -> Sampling
     )
 
 
-def warm_up(engine: LLMEngine, prompt: PromptInput, params: SamplingParams) -> None:
-    """Run one short request to completion (first-call costs: kernels, allocations)."""
-    engine.add_request("warmup", prompt, params, output_kind="final_only")
+def warm_up(engine: LLMEngine, prompts: Sequence[PromptInput], params: SamplingParams) -> None:
+    """Run `prompts` all at once to completion, untimed, with the prefix cache emptied first:
+    the first-call costs of that many rows in flight (kernels, GEMM plans per row count,
+    allocations of that size) are paid here rather than inside a measured level."""
+    engine.reset_prefix_cache()
+    for index, prompt in enumerate(prompts):
+        engine.add_request(f"warmup-{index}", prompt, params, output_kind="final_only")
     while engine.has_unfinished:
         for output in engine.step():
             if output.finished:

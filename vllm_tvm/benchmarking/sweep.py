@@ -1,9 +1,11 @@
-"""`run_benchmark`: one engine, one warmup, one measured level per concurrency.
+"""`run_benchmark`: one engine, a warm-up at every concurrency, one measured level per
+concurrency.
 
 Why it exists: the order is part of what the numbers mean. Everything that is not serving
-(compiling, loading, making and tokenizing prompts, sizing the pool, a warmup request)
-happens before the first clock starts; then each level runs on the same engine with its
-prefix cache emptied.
+(compiling, loading, making and tokenizing prompts, sizing the pool, warming up) happens
+before the first clock starts; then each level runs on the same engine with its prefix cache
+emptied. The warm-up runs, for each concurrency C of the sweep, C full-length prompts at once
+with a few output tokens, so every batch size the levels run at has run once untimed.
 """
 
 from __future__ import annotations
@@ -50,16 +52,16 @@ def run_benchmark(config: BenchConfig, on_level: LevelCallback | None = None) ->
     loaded = time.perf_counter()
     check_fits(workload.max_prompt_len, config.output_len, engine.max_model_len)
 
-    # A full-length warmup prompt: the first forward of a new size pays one-time setup
-    # (cuBLASLt's algorithm choice per row count, first allocations of that size: ≈ 10 ms
-    # on the H200 for a 1,024-token prefill), which must not land in a measured TTFT.
+    # Full-length warm-up prompts, C at once for each level's C: the first forward of a new
+    # size pays one-time setup (cuBLASLt's algorithm choice per row count, first allocations
+    # of that size: ≈ 10 ms on the H200 for a 1,024-token prefill), which must not land in
+    # a measured TTFT or TPOT.
     warmup_len = workload.max_prompt_len
-    warmup_prompt = random_prompt_ids(1, warmup_len, engine.runner.vocab_size, config.seed + 1)[0]
-    warm_up(
-        engine,
-        warmup_prompt,
-        bench_sampling_params(min(WARMUP_OUTPUT_LEN, config.output_len)),
-    )
+    warmup_params = bench_sampling_params(min(WARMUP_OUTPUT_LEN, config.output_len))
+    vocab_size = engine.runner.vocab_size
+    for concurrency in config.concurrency:
+        prompts = random_prompt_ids(concurrency, warmup_len, vocab_size, config.seed + 1)
+        warm_up(engine, prompts, warmup_params)
     warmed = time.perf_counter()
 
     params = bench_sampling_params(config.output_len, config.temperature)
@@ -101,14 +103,17 @@ def _conditions(
     workload: Workload,
     warmup_len: int,
 ) -> dict[str, Any]:
-    """Everything a reader needs to reproduce or compare the numbers."""
+    """Everything a reader needs to reproduce or compare the numbers (`level` "engine":
+    requests through the engine's step loop, as benchmarks/peers/compare.py reads it)."""
     machine = host()
     options = config.engine
     device_name = engine.runner.device.device_name if options.device == "cuda" else machine["cpu"]
     return {
+        "level": "engine",
         "model": str(options.model),
         "model_name": Path(options.model).name,
         "architecture": manifest.architecture,
+        "model_config": manifest.model_config,
         "load_format": options.load_format,
         "device": options.device,
         "device_name": device_name,
@@ -137,6 +142,7 @@ def _conditions(
         "warmup": {
             "prompt_len": warmup_len,
             "output_len": min(WARMUP_OUTPUT_LEN, config.output_len),
+            "concurrency": list(config.concurrency),
         },
         "host": machine,
         "versions": versions(),
