@@ -33,7 +33,6 @@ from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.benchmarking.config import BenchConfig
 from vllm_tvm.benchmarking.decode_only import DecodeOnly, measure_decode_only
 from vllm_tvm.benchmarking.engine_setup import (
-    default_num_blocks,
     load_bench_engine,
     resolve_bench_artifact,
 )
@@ -79,11 +78,11 @@ def decode_report(
             ],
         }
     report["engine_options"] = {
-        "model": str(config.model),
+        "model": str(config.engine.model),
         "artifact": str(artifact),
         "target": manifest.target,
-        "device": config.device,
-        "load_format": config.load_format,
+        "device": config.engine.device,
+        "load_format": config.engine.load_format,
         "max_num_seqs": engine.scheduler_config.max_num_seqs,
         "max_num_batched_tokens": engine.scheduler_config.max_num_batched_tokens,
         "block_size": engine.cache_config.block_size,
@@ -110,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    config = BenchConfig(
-        model=args.model,
+    config = BenchConfig.from_options(
+        args.model,
         concurrency=tuple(int(b) for b in args.batches.split(",")),
         input_len=args.input_len,
         output_len=args.output_len,
@@ -127,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     config.validate()
     artifact = resolve_bench_artifact(config)
-    num_blocks = config.num_blocks or default_num_blocks(config, config.input_len)
-    engine = load_bench_engine(config, artifact, num_blocks)
+    engine = load_bench_engine(config, artifact, config.input_len)
     results = measure_decode_only(
         engine, config.concurrency, config.input_len, config.output_len, args.repeats, args.seed
     )

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.benchmarking import decode_only
 from vllm_tvm.benchmarking.decode_only import BatchRun, DecodeOnly, measure_decode_only

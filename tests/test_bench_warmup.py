@@ -79,8 +79,8 @@ def test_every_concurrency_is_warmed_before_the_first_timed_request(
 ) -> None:
     engine = CountingEngine()
     monkeypatch.setattr(sweep, "load_bench_engine", lambda config, artifact, blocks: engine)
-    config = BenchConfig(
-        model=tiny_model_dir("llama"),
+    config = BenchConfig.from_options(
+        tiny_model_dir("llama"),
         concurrency=CONCURRENCY,
         input_len=INPUT_LEN,
         output_len=OUTPUT_LEN,
@@ -107,8 +107,8 @@ def test_every_concurrency_is_warmed_before_the_first_timed_request(
 def test_the_report_records_its_level_and_model_shape(tiny_model_dir, monkeypatch) -> None:
     engine = CountingEngine()
     monkeypatch.setattr(sweep, "load_bench_engine", lambda config, artifact, blocks: engine)
-    config = BenchConfig(
-        model=tiny_model_dir("llama"),
+    config = BenchConfig.from_options(
+        tiny_model_dir("llama"),
         concurrency=(2,),
         input_len=4,
         output_len=2,
