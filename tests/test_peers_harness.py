@@ -8,6 +8,7 @@ model on the CPU (only that it completes and reports every key: no timing assert
 
 from __future__ import annotations
 
+import math
 import sys
 import types
 from pathlib import Path
@@ -113,7 +114,9 @@ def test_hf_harness_reports_decode_and_ttft_on_cpu(monkeypatch: pytest.MonkeyPat
     model = run_hf.build_random_model(tiny_shape(), "cpu")
     report, saves = {"raw": {}}, []
     run_hf.measure(model, report, lambda: saves.append(1))
-    assert report["decode_b1_tok_s"] > 0 and report["ttft_16_ms_median"] > 0
+    # decode_b1_tok_s divides by a difference of two noisy medians of a tiny model: on a busy
+    # machine it can come out negative, so only that it was computed is checked.
+    assert math.isfinite(report["decode_b1_tok_s"]) and report["ttft_16_ms_median"] > 0
     assert len(report["raw"]["b1_out1_s"]) == 5 and len(saves) == 2
     assert report["metric_conditions"] == {
         "decode_b1_tok_s": {"input_len": 8, "output_len": 5, "batch": 1},
