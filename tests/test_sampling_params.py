@@ -10,6 +10,7 @@ from vllm_tvm.runtime.sampling.params import (
     LOGPROBS_MODES,
     SamplingParams,
     check_logprobs_mode,
+    check_requested_max_tokens,
 )
 
 
@@ -50,6 +51,17 @@ def test_random_request_keeps_top_p_top_k_min_p() -> None:
 @pytest.mark.parametrize("max_tokens", [None, 0, -1])
 def test_non_positive_max_tokens_means_unset(max_tokens: int | None) -> None:
     assert SamplingParams(max_tokens=max_tokens).max_tokens is None
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1])
+def test_requested_max_tokens_below_one_is_refused_naming_it(max_tokens: int) -> None:
+    with pytest.raises(ValueError, match=f"max_tokens must be at least 1, got {max_tokens}"):
+        check_requested_max_tokens(max_tokens)
+
+
+@pytest.mark.parametrize("max_tokens", [None, 1, 4096])
+def test_requested_max_tokens_unset_or_positive_is_accepted(max_tokens: int | None) -> None:
+    check_requested_max_tokens(max_tokens)
 
 
 def test_stop_string_becomes_a_list() -> None:
