@@ -154,6 +154,15 @@ def test_verify_for_vocab_names_out_of_range_values(kwargs: dict, message: str) 
     assert message in str(info.value)
 
 
+def test_verify_for_vocab_lists_a_few_out_of_range_ids_and_counts_the_rest() -> None:
+    bias = {token: 1.0 for token in range(10, 100_010)}
+    with pytest.raises(ValueError) as info:
+        SamplingParams(logit_bias=bias).verify_for_vocab(vocab_size=10)
+    message = str(info.value)
+    assert "token_id(s) [10, 11, 12, 13, 14, 15, 16, 17, ... (99992 more)]" in message
+    assert len(message) < 200
+
+
 def test_verify_for_vocab_accepts_whole_vocab_logprobs_without_a_cap() -> None:
     SamplingParams(logprobs=-1, prompt_logprobs=-1).verify_for_vocab(vocab_size=10)
 

@@ -3,17 +3,28 @@ against a live server.
 
 Specification (vLLM's surface): `max_tokens` below 1 is a 400 naming the value, except that
 a completion with `echo` and `max_tokens` 0 scores the prompt (returns it, with its
-logprobs, and no generated token).
+logprobs, and no generated token); text holding a lone surrogate anywhere in a body is a 400
+naming the field, never a 500; `stream` is a strict boolean that `stream_options` needs;
+error messages are bounded whatever the input.
 """
 
 from __future__ import annotations
+
+import json
 
 import httpx2 as httpx
 import openai
 import pytest
 from server_helpers import MODEL_NAME
 
+from vllm_tvm.server.errors import MAX_ERROR_MESSAGE_CHARS
+
 CHAT = [{"role": "user", "content": "Hello"}]
+
+
+def _post_escaped(url: str, body: dict) -> httpx.Response:
+    """POST `body` as JSON with every non-ASCII character escaped (lone surrogates included)."""
+    return httpx.post(url, content=json.dumps(body), headers={"content-type": "application/json"})
 
 
 def _error(response: httpx.Response, status: int) -> dict:
@@ -73,3 +84,89 @@ def test_echo_with_max_tokens_0_without_logprobs_has_none(client):
     )
     assert result.choices[0].text == "Hello" and result.choices[0].logprobs is None
     assert result.usage.completion_tokens == 0
+
+
+# ---------------------------------------------------------------------------- lone surrogates
+
+SURROGATE_CASES = [
+    ("/v1/completions", {"prompt": "a\ud800b"}, "prompt"),
+    ("/v1/completions", {"prompt": ["ok", "\ud800"]}, "prompt[1]"),
+    ("/v1/completions", {"prompt": "ok", "stop": ["\udfff"]}, "stop[0]"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\ud800"}]},
+     "messages[0].content"),
+    ("/v1/chat/completions", {"messages": CHAT, "stream": True, "user": "\ud800"}, "user"),
+    ("/v1/chat/completions",
+     {"messages": [{"role": "user", "content": [{"type": "text", "text": "x\ud800"}]}]},
+     "messages[0].content[0].text"),
+    ("/tokenize", {"prompt": "\ud800"}, "prompt"),
+    ("/tokenize", {"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "body", "field"), SURROGATE_CASES)
+def test_lone_surrogate_escape_is_a_400_naming_the_field(server, path, body, field):
+    response = _post_escaped(server.url + path, {"model": MODEL_NAME, **body})
+    error = _error(response, 400)
+    assert error["type"] == "BadRequestError"
+    assert error["message"].startswith(f"{field}: ") and "surrogate" in error["message"]
+    assert error["param"] == field
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/tokenize"])
+def test_lone_surrogate_as_raw_bytes_is_a_400(server, path):
+    body = b'{"prompt": "a\xed\xa0\x80b", "max_tokens": 2}'
+    response = httpx.post(
+        server.url + path, content=body, headers={"content-type": "application/json"}
+    )
+    assert _error(response, 400)["param"] == "prompt"
+
+
+def test_valid_astral_characters_are_accepted(client):
+    result = client.completions.create(model=MODEL_NAME, prompt="emoji \U0001f600", max_tokens=2)
+    assert result.usage.prompt_tokens > 0
+
+
+# ------------------------------------------------------------------------------------ stream
+
+
+def test_stream_options_without_stream_is_a_400(server):
+    routes = (("/v1/completions", {"prompt": "Hi"}), ("/v1/chat/completions", {"messages": CHAT}))
+    for route, body in routes:
+        request = {**body, "stream_options": {"include_usage": True}}
+        error = _error(httpx.post(server.url + route, json=request), 400)
+        assert error["param"] == "stream_options" and "stream is true" in error["message"]
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1])
+def test_stream_must_be_a_json_boolean(server, value):
+    body = {"prompt": "Hi", "max_tokens": 2, "stream": value}
+    error = _error(httpx.post(server.url + "/v1/completions", json=body), 400)
+    assert error["message"].startswith("stream: ")
+
+
+# ------------------------------------------------------------------------- bounded messages
+
+
+def test_huge_out_of_vocab_logit_bias_gets_a_short_error(server):
+    bias = {str(token): 1.0 for token in range(10_000, 210_000)}
+    body = {"prompt": "Hi", "max_tokens": 2, "logit_bias": bias}
+    response = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    error = _error(response, 400)
+    assert "out-of-vocab" in error["message"] and "more)" in error["message"]
+    assert len(response.content) < 1000
+
+
+def test_a_huge_field_name_is_cut_in_the_error(server):
+    name = "k" * 100_000
+    body = {"messages": CHAT, "chat_template_kwargs": {name: "\ud800"}}
+    response = _post_escaped(server.url + "/v1/chat/completions", body)
+    error = _error(response, 400)
+    assert error["param"].startswith(f"chat_template_kwargs.{name[:100]}")
+    assert len(response.content) < 2 * MAX_ERROR_MESSAGE_CHARS + 1000
+
+
+def test_every_error_message_is_cut_to_the_bound(server):
+    body = {"prompt": "Hi", "logit_bias": {str(i): "not a number" for i in range(5000)}}
+    response = httpx.post(server.url + "/v1/completions", json=body)
+    message = _error(response, 400)["message"]
+    assert len(message) < MAX_ERROR_MESSAGE_CHARS + 100 and "more characters)" in message

@@ -25,6 +25,10 @@ from typing import Literal, get_args
 SAMPLING_EPS = 1e-5
 """A temperature below this samples greedily (vLLM's `_SAMPLING_EPS`)."""
 
+SHOWN_TOKEN_IDS = 8
+"""How many offending token ids an error message lists (the rest are counted)."""
+
+
 def check_requested_max_tokens(max_tokens: int | None) -> None:
     """vLLM's refusal of a requested `max_tokens` below 1 (None: unset, accepted)."""
     if max_tokens is not None and max_tokens < 1:
@@ -224,9 +228,11 @@ class SamplingParams:
             ids = getattr(self, name) or ()
             out_of_vocab = [t for t in ids if t >= vocab_size]
             if out_of_vocab:
+                shown = ", ".join(map(str, out_of_vocab[:SHOWN_TOKEN_IDS]))
+                more = len(out_of_vocab) - SHOWN_TOKEN_IDS
                 raise ValueError(
-                    f"token_id(s) {out_of_vocab} in {name} contain out-of-vocab token ids. "
-                    f"Vocabulary size: {vocab_size}"
+                    f"token_id(s) [{shown}{f', ... ({more} more)' if more > 0 else ''}] in "
+                    f"{name} contain out-of-vocab token ids. Vocabulary size: {vocab_size}"
                 )
         cap = vocab_size if max_logprobs == -1 else max_logprobs
         for name in ("logprobs", "prompt_logprobs"):
