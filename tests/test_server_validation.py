@@ -5,7 +5,8 @@ Specification (vLLM's surface): `max_tokens` below 1 is a 400 naming the value, 
 a completion with `echo` and `max_tokens` 0 scores the prompt (returns it, with its
 logprobs, and no generated token); text holding a lone surrogate anywhere in a body is a 400
 naming the field, never a 500; `stream` is a strict boolean that `stream_options` needs;
-error messages are bounded whatever the input.
+error messages are bounded whatever the input; a body over `--max-request-body-bytes` is a
+413 before it is parsed.
 """
 
 from __future__ import annotations
@@ -170,3 +171,48 @@ def test_every_error_message_is_cut_to_the_bound(server):
     response = httpx.post(server.url + "/v1/completions", json=body)
     message = _error(response, 400)["message"]
     assert len(message) < MAX_ERROR_MESSAGE_CHARS + 100 and "more characters)" in message
+
+
+# --------------------------------------------------------------------------------- body size
+
+
+def test_body_over_the_limit_is_a_413_by_content_length(server_farm):
+    server = server_farm.server(max_request_body_bytes=4096)
+    body = {"model": MODEL_NAME, "prompt": "x" * 5000, "max_tokens": 1}
+    error = _error(httpx.post(server.url + "/v1/completions", json=body), 413)
+    assert "4096" in error["message"] and "--max-request-body-bytes" in error["message"]
+    small = {"model": MODEL_NAME, "prompt": "x" * 100, "max_tokens": 1}
+    assert httpx.post(server.url + "/v1/completions", json=small).status_code == 200
+
+
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def _in_chunks(payload: bytes, size: int = 1000):
+    """`payload` as a generator, which httpx sends with chunked transfer encoding."""
+    for start in range(0, len(payload), size):
+        yield payload[start : start + size]
+
+
+def test_chunked_body_over_the_limit_is_a_413(server_farm):
+    server = server_farm.server(max_request_body_bytes=4096)
+    payload = json.dumps({"model": MODEL_NAME, "prompt": "x" * 5000}).encode()
+    response = httpx.post(
+        server.url + "/v1/completions", content=_in_chunks(payload), headers=JSON_HEADERS
+    )
+    assert "transfer-encoding" in response.request.headers
+    _error(response, 413)
+
+
+def test_chunked_body_within_the_limit_is_served(server_farm):
+    server = server_farm.server(max_request_body_bytes=4096)
+    body = {"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 2, "ignore_eos": True}
+    payload = json.dumps(body).encode()
+    response = httpx.post(
+        server.url + "/v1/completions", content=_in_chunks(payload, 10), headers=JSON_HEADERS
+    )
+    assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 2
+
+
+def test_the_default_limit_is_32_mib(server):
+    assert server.ctx.config.max_request_body_bytes == 32 * 1024 * 1024

@@ -25,6 +25,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from vllm_tvm import __version__
+from vllm_tvm.server.body_limit import BodySizeLimitMiddleware
 from vllm_tvm.server.chat import create_chat_completion
 from vllm_tvm.server.completions import create_completion
 from vllm_tvm.server.errors import APIError, error_response, install_error_handlers
@@ -94,6 +95,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
     install_error_handlers(app)
     registry = metrics_registry(ctx.engine.stats, ctx.model_name, ctx.engine.cache_config)
 
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=ctx.config.max_request_body_bytes)
     if ctx.config.api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=ctx.config.api_key)
 
