@@ -89,6 +89,19 @@ def test_server_info_masks_secrets_in_the_environment(server, monkeypatch):
     assert not any(value in response.text for value in secrets.values())
 
 
+def test_request_log_cuts_every_parameter_to_max_log_len(server_farm, caplog):
+    server = server_farm.server(enable_log_requests=True, max_log_len=40)
+    stops = [f"stop-word-{i}" for i in range(2000)]
+    with caplog.at_level("INFO", logger="vllm_tvm.server"):
+        server.client().completions.create(
+            model=MODEL_NAME, prompt="Hello " * 200, max_tokens=1, stop=stops
+        )
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+    assert f"stop={repr(stops)[:40]}...({len(repr(stops)) - 40} more)," in line
+    assert "max_tokens=1" in line
+    assert len(line) < 40 * 40
+
+
 def test_reset_prefix_cache_succeeds(server):
     response = httpx.post(server.url + "/reset_prefix_cache")
     assert response.json() == {"success": True}
