@@ -44,6 +44,7 @@ class ServerConfig:
     enable_metrics: bool = True
     enable_force_include_usage: bool = False
     max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
+    disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
 
     @property
