@@ -10,6 +10,7 @@ from vllm_tvm.runtime.sampling.params import (
     LOGPROBS_MODES,
     SamplingParams,
     check_logprobs_mode,
+    check_requested_max_tokens,
 )
 
 
@@ -50,6 +51,17 @@ def test_random_request_keeps_top_p_top_k_min_p() -> None:
 @pytest.mark.parametrize("max_tokens", [None, 0, -1])
 def test_non_positive_max_tokens_means_unset(max_tokens: int | None) -> None:
     assert SamplingParams(max_tokens=max_tokens).max_tokens is None
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1])
+def test_requested_max_tokens_below_one_is_refused_naming_it(max_tokens: int) -> None:
+    with pytest.raises(ValueError, match=f"max_tokens must be at least 1, got {max_tokens}"):
+        check_requested_max_tokens(max_tokens)
+
+
+@pytest.mark.parametrize("max_tokens", [None, 1, 4096])
+def test_requested_max_tokens_unset_or_positive_is_accepted(max_tokens: int | None) -> None:
+    check_requested_max_tokens(max_tokens)
 
 
 def test_stop_string_becomes_a_list() -> None:
@@ -140,6 +152,15 @@ def test_verify_for_vocab_names_out_of_range_values(kwargs: dict, message: str) 
     with pytest.raises(ValueError) as info:
         SamplingParams(**kwargs).verify_for_vocab(vocab_size=10, max_logprobs=5)
     assert message in str(info.value)
+
+
+def test_verify_for_vocab_lists_a_few_out_of_range_ids_and_counts_the_rest() -> None:
+    bias = {token: 1.0 for token in range(10, 100_010)}
+    with pytest.raises(ValueError) as info:
+        SamplingParams(logit_bias=bias).verify_for_vocab(vocab_size=10)
+    message = str(info.value)
+    assert "token_id(s) [10, 11, 12, 13, 14, 15, 16, 17, ... (99992 more)]" in message
+    assert len(message) < 200
 
 
 def test_verify_for_vocab_accepts_whole_vocab_logprobs_without_a_cap() -> None:

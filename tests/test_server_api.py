@@ -30,8 +30,33 @@ def test_models_lists_the_served_name_and_length(server):
     assert model.model_extra["max_model_len"] == server.ctx.max_model_len
 
 
+def test_model_card_names_the_served_model_never_its_path(server, server_farm):
+    card = server.client().models.retrieve(MODEL_NAME)
+    assert (card.id, card.object, card.model_extra["root"]) == (MODEL_NAME, "model", MODEL_NAME)
+    listing = httpx.get(server.url + "/v1/models")
+    assert listing.json()["data"][0] == httpx.get(f"{server.url}/v1/models/{MODEL_NAME}").json()
+    assert str(server_farm.model_dir) not in listing.text
+    assert server_farm.model_dir.name not in listing.text
+
+
+def test_model_card_of_an_unknown_id_is_a_404(server):
+    with pytest.raises(openai.NotFoundError) as caught:
+        server.client().models.retrieve("no-such-model")
+    assert caught.value.body["param"] == "model"
+    assert "no-such-model" in caught.value.body["message"]
+
+
+def test_every_served_name_has_a_model_card(server_farm):
+    server = server_farm.server(served_model_name=["first", "org/second"])
+    client = server.client()
+    assert [model.id for model in client.models.list().data] == ["first", "org/second"]
+    card = client.models.retrieve("org/second")
+    assert (card.id, card.model_extra["root"]) == ("org/second", "first")
+
+
 @pytest.mark.parametrize(
-    ("method", "path"), [("GET", "/health"), ("GET", "/ping"), ("POST", "/ping")]
+    ("method", "path"),
+    [("GET", "/health"), ("HEAD", "/health"), ("GET", "/ping"), ("POST", "/ping")],
 )
 def test_liveness_routes_answer_200(server, method, path):
     assert httpx.request(method, server.url + path).status_code == 200
@@ -46,6 +71,35 @@ def test_server_info_carries_config_and_environment(server):
     assert set(info) == {"vllm_config", "vllm_env", "system_env"}
     assert info["vllm_config"]["max_model_len"] == server.ctx.max_model_len
     assert info["vllm_config"]["cache"]["block_size"] == 32
+
+
+def test_server_info_masks_secrets_in_the_environment(server, monkeypatch):
+    secrets = {
+        "VLLM_API_KEY": "sk-very-secret",
+        "VLLM_HF_TOKEN": "hf-token-value",
+        "VLLM_DB_PASSWORD": "hunter2",
+        "TVM_SECRET_SAUCE": "ketchup",
+    }
+    for name, value in {**secrets, "VLLM_TVM_PLAIN": "shown"}.items():
+        monkeypatch.setenv(name, value)
+    response = httpx.get(server.url + "/server_info")
+    env = response.json()["vllm_env"]
+    assert {name: env[name] for name in secrets} == dict.fromkeys(secrets, "<hidden>")
+    assert env["VLLM_TVM_PLAIN"] == "shown"
+    assert not any(value in response.text for value in secrets.values())
+
+
+def test_request_log_cuts_every_parameter_to_max_log_len(server_farm, caplog):
+    server = server_farm.server(enable_log_requests=True, max_log_len=40)
+    stops = [f"stop-word-{i}" for i in range(2000)]
+    with caplog.at_level("INFO", logger="vllm_tvm.server"):
+        server.client().completions.create(
+            model=MODEL_NAME, prompt="Hello " * 200, max_tokens=1, stop=stops
+        )
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+    assert f"stop={repr(stops)[:40]}...({len(repr(stops)) - 40} more)," in line
+    assert "max_tokens=1" in line
+    assert len(line) < 40 * 40
 
 
 def test_reset_prefix_cache_succeeds(server):

@@ -8,6 +8,7 @@ the process exits cleanly.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -20,7 +21,12 @@ import pytest
 from server_helpers import wait_until
 
 from vllm_tvm.cli.main import build_parser
-from vllm_tvm.cli.serve_cmd import NOT_IMPLEMENTED, config_from_args
+from vllm_tvm.cli.serve_cmd import config_from_args
+from vllm_tvm.cli.vllm_serve_flags import (
+    NO_EFFECT_OPTIONS,
+    NO_EFFECT_SWITCHES,
+    NOT_IMPLEMENTED,
+)
 
 
 def parse(*argv: str):
@@ -76,6 +82,58 @@ def test_unimplemented_vllm_flag_is_refused_by_name(capsys, flag):
     with pytest.raises(SystemExit):
         parse("--model", "m", flag, "1")
     assert f"{flag} is not supported" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", NOT_IMPLEMENTED)
+def test_every_unimplemented_vllm_flag_is_refused_by_name(capsys, flag):
+    for argv in ((flag,), (flag, "1")):
+        with pytest.raises(SystemExit):
+            parse("--model", "m", *argv)
+        error = capsys.readouterr().err
+        assert f"{flag} is not supported by vllm-tvm serve" in error
+        assert "unrecognized arguments" not in error
+
+
+def test_vllm_flags_with_nothing_to_act_on_are_accepted_as_no_ops():
+    options = [arg for flag in NO_EFFECT_OPTIONS for arg in (flag, "4")]
+    config = parse("--model", "m", *NO_EFFECT_SWITCHES, *options)
+    assert config == parse("--model", "m")
+
+
+def test_no_op_flags_say_so_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for flag in (*NO_EFFECT_SWITCHES, *NO_EFFECT_OPTIONS):
+        assert flag in help_text
+    assert help_text.count("no effect:") == len(NO_EFFECT_SWITCHES) + len(NO_EFFECT_OPTIONS)
+
+
+REFERENCE_SERVER_FLAGS = (
+    "--model", "--host", "--port", "--served-model-name", "--tokenizer-config", "--block-size",
+    "--num-blocks", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
+    "--enable-prefix-caching", "--no-enable-prefix-caching", "--scheduling-policy",
+    "--enable-radix-attention", "--disable-radix-attention", "--enable-jump-forward",
+    "--enable-force-include-usage", "--tool-call-parser", "--reasoning-parser",
+    "--kv-transfer-config", "--speculative-config", "--enable-log-requests",
+    "--disable-log-requests", "--enable-log-outputs", "--max-log-len", "--enable-metrics",
+    "--disable-metrics", "--enable-thinking", "--no-enable-thinking", "--verbose",
+    "--cuda-profile-graph-replays", "--cuda-profile-graph-batch", "--video-dit",
+)  # fmt: skip
+"""Every flag of the reference server's table."""
+
+
+def test_every_reference_server_flag_is_known():
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    known = {flag for a in commands.choices["serve"]._actions for flag in a.option_strings}
+    assert set(REFERENCE_SERVER_FLAGS) - known == set()
+
+
+def test_body_limit_and_access_log_flags_set_their_fields():
+    config = parse("--model", "m", "--max-request-body-bytes", "1000")
+    assert config.max_request_body_bytes == 1000 and not config.disable_uvicorn_access_log
+    assert parse("--model", "m", "--disable-uvicorn-access-log").disable_uvicorn_access_log
 
 
 def test_unknown_parser_name_is_refused(capsys):

@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-tokens",
         type=int,
         default=16,
-        help="max tokens to generate (<= 0: up to the length limit)",
+        help="max tokens to generate (at least 1)",
     )
     parser.add_argument(
         "--temperature", type=float, default=0.0, help="sampling temperature (<= 0 means greedy)"
@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     from vllm_tvm.entrypoints.llm import LLM
-    from vllm_tvm.runtime.sampling.params import SamplingParams
+    from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
 
+    check_requested_max_tokens(args.max_tokens)
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,

@@ -2,9 +2,9 @@
 reference server's defaults.
 
 Flags vLLM (or the reference server) has and vllm-tvm does not implement are still
-recognised, so that a command line copied from a vLLM deployment fails at once naming the
-flag, instead of starting a server that silently behaves differently. Any other unknown
-flag is an argparse error.
+recognised (`vllm_serve_flags`), so that a command line copied from a vLLM deployment either
+starts (the flag has nothing to act on here) or fails at once naming the flag, never starts
+a server that silently behaves differently. Any other unknown flag is an argparse error.
 """
 
 from __future__ import annotations
@@ -13,46 +13,16 @@ import argparse
 import logging
 import os
 from dataclasses import replace
-from typing import Any
 
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
+from vllm_tvm.cli.vllm_serve_flags import add_vllm_serve_flags
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
-from vllm_tvm.server.config import DEFAULT_MAX_LOGPROBS, ServerConfig
-
-NOT_IMPLEMENTED = (
-    "--speculative-config",
-    "--kv-transfer-config",
-    "--enable-jump-forward",
-    "--tokenizer",
-    "--tokenizer-config",
-    "--tensor-parallel-size",
-    "--pipeline-parallel-size",
-    "--data-parallel-size",
-    "--quantization",
-    "--enable-lora",
-    "--lora-modules",
-    "--trust-remote-code",
-    "--ssl-keyfile",
-    "--ssl-certfile",
-    "--cuda-profile-graph-replays",
-    "--cuda-profile-graph-batch",
-    "--video-dit",
+from vllm_tvm.server.config import (
+    DEFAULT_MAX_LOGPROBS,
+    DEFAULT_MAX_REQUEST_BODY_BYTES,
+    ServerConfig,
 )
-"""vLLM / reference-server flags that are refused by name."""
-
-
-class _Refuse(argparse.Action):
-    """A recognised flag that is not implemented: fail naming it."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        parser.error(f"{option_string} is not supported by vllm-tvm serve (it has no effect here)")
 
 
 def _parser_names() -> tuple[list[str], list[str]]:
@@ -130,9 +100,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="info",
         choices=("critical", "error", "warning", "info", "debug", "trace"),
     )
+    parser.add_argument(
+        "--disable-uvicorn-access-log", action="store_true", help="no access log line per request"
+    )
+    parser.add_argument(
+        "--max-request-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BODY_BYTES,
+        help="answer 413 to a request body longer than this, before reading it "
+        f"(default {DEFAULT_MAX_REQUEST_BODY_BYTES}; 0: no limit)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
-    for flag in NOT_IMPLEMENTED:
-        parser.add_argument(flag, nargs="?", action=_Refuse, help=argparse.SUPPRESS)
+    add_vllm_serve_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -163,6 +142,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_log_len=args.max_log_len,
         enable_metrics=args.enable_metrics,
         enable_force_include_usage=args.enable_force_include_usage,
+        max_request_body_bytes=args.max_request_body_bytes,
+        disable_uvicorn_access_log=args.disable_uvicorn_access_log,
         uvicorn_log_level="debug" if args.verbose else args.uvicorn_log_level,
     )
 

@@ -13,6 +13,7 @@ import os
 import platform
 import secrets
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict
 from http import HTTPStatus
 from typing import Any
@@ -24,6 +25,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from vllm_tvm import __version__
+from vllm_tvm.server.body_limit import BodySizeLimitMiddleware
 from vllm_tvm.server.chat import create_chat_completion
 from vllm_tvm.server.completions import create_completion
 from vllm_tvm.server.errors import APIError, error_response, install_error_handlers
@@ -39,6 +41,20 @@ from vllm_tvm.server.serving import ServingContext
 
 OPEN_PATHS = frozenset({"/health", "/ping"})
 """Routes that answer without the API key (liveness probes)."""
+
+SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+"""An environment variable whose name holds one of these is shown masked in /server_info."""
+
+MASKED = "<hidden>"
+
+
+def shown_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The VLLM*/TVM* variables /server_info shows, secrets masked."""
+    return {
+        name: MASKED if any(part in name.upper() for part in SECRET_NAME_PARTS) else value
+        for name, value in environ.items()
+        if name.startswith(("VLLM", "TVM"))
+    }
 
 
 class APIKeyMiddleware:
@@ -79,8 +95,22 @@ def build_app(ctx: ServingContext) -> FastAPI:
     install_error_handlers(app)
     registry = metrics_registry(ctx.engine.stats, ctx.model_name, ctx.engine.cache_config)
 
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=ctx.config.max_request_body_bytes)
     if ctx.config.api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=ctx.config.api_key)
+
+    def model_card(name: str) -> dict[str, Any]:
+        """A served name's entry in /v1/models; `root` is the served name, never the path
+        the model was loaded from."""
+        return {
+            "id": name,
+            "object": "model",
+            "created": ctx.created,
+            "owned_by": "vllm-tvm",
+            "root": ctx.model_name,
+            "parent": None,
+            "max_model_len": ctx.max_model_len,
+        }
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -92,23 +122,15 @@ def build_app(ctx: ServingContext) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": name,
-                    "object": "model",
-                    "created": ctx.created,
-                    "owned_by": "vllm-tvm",
-                    "root": str(ctx.config.engine.model),
-                    "parent": None,
-                    "max_model_len": ctx.max_model_len,
-                }
-                for name in ctx.config.model_names
-            ],
-        }
+        return {"object": "list", "data": [model_card(name) for name in ctx.config.model_names]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict[str, Any]:
+        ctx.check_model(model_id)
+        return model_card(model_id)
 
     @app.get("/health")
+    @app.head("/health")
     async def health() -> Response:
         return Response(status_code=200)
 
@@ -177,7 +199,7 @@ def build_app(ctx: ServingContext) -> FastAPI:
                 "scheduler": asdict(engine.scheduler_config),
                 "eos_token_ids": engine.eos_token_ids,
             },
-            "vllm_env": {k: v for k, v in os.environ.items() if k.startswith(("VLLM", "TVM"))},
+            "vllm_env": shown_environment(os.environ),
             "system_env": {
                 "python": sys.version.split()[0],
                 "platform": platform.platform(),

@@ -4,7 +4,8 @@
 Why a module: the completion route's own rules live here — choice indices run prompt-major
 (prompt i's j-th sample is choice i*n+j), `echo` prepends the prompt's text (and, with
 `logprobs`, the prompt tokens' logprobs, the first one null), usage counts every prompt once
-and every generated token.
+and every generated token. `echo` with `max_tokens` 0 is how evaluation harnesses (lm-eval)
+score a prompt: the answer is the prompt (and its logprobs), with no generated token.
 """
 
 from __future__ import annotations
@@ -167,10 +168,11 @@ async def create_completion(
         raise APIError("suffix is not supported", param="suffix")
     prompts = completion_prompts(ctx, request)
     wants_echo_logprobs = request.echo and request.logprobs is not None
+    score_only = request.echo and request.max_tokens == 0
     params = sampling_params(
         request,
         defaults=ctx.sampling_defaults,
-        max_tokens=request.max_tokens,
+        max_tokens=1 if score_only else request.max_tokens,
         logprobs=request.logprobs,
         prompt_logprobs=(
             request.prompt_logprobs
@@ -189,6 +191,7 @@ async def create_completion(
         constraint,
         request.priority,
         ctx.config.max_logprobs,
+        score_only,
     )
     for prompt, rid in zip(prompts, generation.request_ids, strict=True):
         ctx.log_request(rid, prompt.text if prompt.text is not None else prompt.token_ids, params)

@@ -18,6 +18,9 @@ from vllm_tvm.runtime.engine.args import EngineArgs
 
 DEFAULT_MAX_LOGPROBS = 20
 
+DEFAULT_MAX_REQUEST_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body the server reads (32 MiB); 0 lifts the limit."""
+
 
 @dataclass
 class ServerConfig:
@@ -40,6 +43,8 @@ class ServerConfig:
     max_log_len: int = 256
     enable_metrics: bool = True
     enable_force_include_usage: bool = False
+    max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
+    disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
 
     @property

@@ -7,7 +7,9 @@ before anything runs when one prompt or constraint is bad (400, never a half-sta
 batch), register structured-output constraints under the engine request ids, stream the
 outputs of all requests as they come, and, when the client goes away or the call ends
 early for any reason, abort what still runs (freeing its KV blocks) and drop the
-constraints.
+constraints. A call that only scores its prompts (completions' `echo` with `max_tokens` 0)
+runs each for one token, as vLLM does, and keeps nothing of it: its choices end with
+reason `length`, no text and no tokens.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 
 from starlette.types import Receive
 
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.engine.outputs import CompletionOutput, RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
@@ -104,8 +106,10 @@ class Generation:
         prompts: list[Prompt],
         params: SamplingParams,
         priority: int,
+        score_only: bool = False,
     ) -> None:
         self._engine = engine
+        self._score_only = score_only
         self._constraints = constraints
         self.request_ids = request_ids
         self.params = params
@@ -128,8 +132,10 @@ class Generation:
         structured: StructuredOutputsParams | None,
         priority: int = 0,
         max_logprobs: int = -1,
+        score_only: bool = False,
     ) -> Generation:
-        """Validate every prompt and the constraint, then register the constraint."""
+        """Validate every prompt and the constraint, then register the constraint.
+        `score_only`: keep none of the generated output (see the module docstring)."""
         if not prompts:
             raise APIError("prompt must not be empty", param="prompt")
         ids = (
@@ -143,7 +149,7 @@ class Generation:
                 engine.check_request(prompt.token_ids, params, rid, priority)
         except (ValueError, TypeError) as err:
             raise APIError(str(err)) from err
-        generation = cls(engine, constraints, ids, prompts, params, priority)
+        generation = cls(engine, constraints, ids, prompts, params, priority, score_only)
         if structured is not None:
             try:
                 for rid in ids:
@@ -222,6 +228,8 @@ class Generation:
                 continue
             first = choice.index not in self._started
             self._started.add(choice.index)
+            if self._score_only:
+                completion = _nothing_kept(completion)
             choice.text += completion.text
             choice.token_ids.extend(completion.token_ids)
             if completion.logprobs:
@@ -240,6 +248,20 @@ class Generation:
                 )
             )
         return deltas
+
+
+def _nothing_kept(completion: CompletionOutput) -> CompletionOutput:
+    """What a score-only call keeps of a completion: no text, tokens or logprobs, and at
+    its end the reason `length` (its budget of 0), unless the request failed."""
+    finish = completion.finish_reason
+    return replace(
+        completion,
+        text="",
+        token_ids=[],
+        logprobs=None,
+        finish_reason=finish if finish in (None, "error") else "length",
+        stop_reason=None,
+    )
 
 
 async def until_disconnected(receive: Receive) -> None:

@@ -60,6 +60,7 @@ def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
                 host=config.host,
                 port=config.port,
                 log_level=config.uvicorn_log_level,
+                access_log=not config.disable_uvicorn_access_log,
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
             )
         )

@@ -6,14 +6,19 @@ fuzz tests generate requests from. Only shapes and types live here; value rules 
 vocabulary, lengths) belong to `SamplingParams` and the engine, which name the bad value.
 
 Unknown fields are accepted and ignored, as vLLM does: OpenAI clients send fields a local
-server has no use for (`store`, `metadata`, ...).
+server has no use for (`store`, `metadata`, ...). Two rules span the whole body and so live
+here too: no text anywhere in it may hold a lone UTF-16 surrogate (`"\\ud800"`, or the raw
+bytes ED A0 80, which JSON decoding turns into one), since no tokenizer can read it and no
+response could echo it; and `stream` is a strict boolean that `stream_options` needs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic_core import PydanticCustomError
 
 MAX_N = 128
 """The most completions one request may ask for (OpenAI's limit)."""
@@ -21,6 +26,50 @@ MAX_N = 128
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+def lone_surrogates(value: object, where: str = "body") -> Iterator[str]:
+    """Where (`messages[0].content`, a key of `logit_bias`, ...) each string inside `value`
+    (nested dicts, lists and strings, as JSON decodes them) holds a lone surrogate."""
+    if isinstance(value, str):
+        if _has_lone_surrogate(value):
+            yield where
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _has_lone_surrogate(key):
+                yield f"a key of {where}"
+            else:
+                yield from lone_surrogates(item, key if where == "body" else f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from lone_surrogates(item, f"{where}[{index}]")
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class _Request(_Body):
+    """A whole request body: its text must be valid Unicode (see the module docstring)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        bad = next(lone_surrogates(data), None)
+        if bad is not None:
+            raise PydanticCustomError(
+                "invalid_unicode",
+                "{field}: text holds a lone UTF-16 surrogate (e.g. \\ud800), which is not "
+                "valid Unicode",
+                {"field": bad},
+            )
+        return data
 
 
 class StreamOptions(_Body):
@@ -46,7 +95,7 @@ class ResponseFormat(_Body):
     json_schema: ResponseFormatJsonSchema | None = None
 
 
-class SamplingFields(_Body):
+class SamplingFields(_Request):
     """Fields both generation routes share (OpenAI's, then vLLM's extensions)."""
 
     model: str | None = None
@@ -56,7 +105,7 @@ class SamplingFields(_Body):
     n: int = Field(default=1, le=MAX_N)
     seed: int | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -83,10 +132,21 @@ class SamplingFields(_Body):
     guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = None
 
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> SamplingFields:
+        if self.stream_options is not None and not self.stream:
+            raise PydanticCustomError(
+                "stream_options_without_stream",
+                "{field}: only allowed when stream is true",
+                {"field": "stream_options"},
+            )
+        return self
+
 
 class CompletionRequest(SamplingFields):
     """POST /v1/completions. `prompt` is a string, a list of strings, a list of token ids or
-    a list of token-id lists; `max_tokens` <= 0 means unset (up to the length limit)."""
+    a list of token-id lists; `max_tokens` must be at least 1, or 0 with `echo` (score the
+    prompt: return it, and its logprobs, with no generated token)."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = 16
@@ -139,7 +199,7 @@ class ChatMessage(_Body):
 
 class ChatCompletionRequest(SamplingFields):
     """POST /v1/chat/completions. `max_completion_tokens` takes precedence over the older
-    `max_tokens`; either <= 0 means unset."""
+    `max_tokens`; unset means up to the length limit."""
 
     messages: list[ChatMessage]
     max_tokens: int | None = None
@@ -159,7 +219,7 @@ class ChatCompletionRequest(SamplingFields):
     documents: list[dict[str, Any]] | None = None
 
 
-class TokenizeCompletionRequest(_Body):
+class TokenizeCompletionRequest(_Request):
     """POST /tokenize with a prompt."""
 
     model: str | None = None
@@ -168,7 +228,7 @@ class TokenizeCompletionRequest(_Body):
     return_token_strs: bool | None = False
 
 
-class TokenizeChatRequest(_Body):
+class TokenizeChatRequest(_Request):
     """POST /tokenize with chat messages (rendered by the chat template first)."""
 
     model: str | None = None
@@ -182,7 +242,7 @@ class TokenizeChatRequest(_Body):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-class DetokenizeRequest(_Body):
+class DetokenizeRequest(_Request):
     """POST /detokenize."""
 
     model: str | None = None

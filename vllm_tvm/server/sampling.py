@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
 from vllm_tvm.runtime.structured_output import (
     StructuredOutputsParams,
     structured_outputs_from_response_format,
@@ -40,17 +40,18 @@ def sampling_params(
 ) -> SamplingParams:
     """The engine parameters of `request`; APIError 400 naming the bad value.
 
-    `max_tokens` is the request's budget (<= 0 or None: unset, then the checkpoint's
-    max_new_tokens if it has one, else up to the length limit); `skip_special_tokens` None
-    keeps the request's value.
+    `max_tokens` is the request's budget (None: unset, then the checkpoint's max_new_tokens
+    if it has one, else up to the length limit; below 1 is refused, as vLLM does);
+    `skip_special_tokens` None keeps the request's value.
     """
     values: dict[str, Any] = {}
     for name, fallback in _DEFAULTED.items():
         given = getattr(request, name)
         values[name] = given if given is not None else defaults.get(name, fallback)
-    if max_tokens is None or max_tokens <= 0:
+    if max_tokens is None:
         max_tokens = int(defaults["max_tokens"]) if "max_tokens" in defaults else None
     try:
+        check_requested_max_tokens(max_tokens)
         return SamplingParams(
             n=request.n,
             best_of=getattr(request, "best_of", None),

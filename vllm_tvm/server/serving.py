@@ -8,6 +8,7 @@ one object built from the `ServerConfig` and the engine.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -21,6 +22,7 @@ from starlette.types import Receive
 
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
+from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.runtime.tokenization import ChatTemplateError, Tokenizer
 from vllm_tvm.server.config import ServerConfig
@@ -99,6 +101,13 @@ def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
             item["tool_calls"] = _template_tool_calls(item["tool_calls"])
         result.append(item)
     return result
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how many were cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text) - limit} more)"
 
 
 class ServingContext:
@@ -207,13 +216,17 @@ class ServingContext:
         """Token ids of `text`."""
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
-    def log_request(self, request_id: str, prompt: str | list[int], detail: object) -> None:
-        """Log an incoming request (--enable-log-requests), prompt cut to --max-log-len."""
+    def log_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
+        """Log an incoming request (--enable-log-requests), the prompt and each parameter
+        cut to --max-log-len."""
         if self.config.enable_log_requests:
+            limit = self.config.max_log_len
             shown = prompt if isinstance(prompt, str) else str(prompt)
-            logger.info(
-                "request %s: prompt %r, %s", request_id, shown[: self.config.max_log_len], detail
+            fields = ", ".join(
+                f"{item.name}={clipped(repr(getattr(params, item.name)), limit)}"
+                for item in dataclasses.fields(params)
             )
+            logger.info("request %s: prompt %r, params: %s", request_id, shown[:limit], fields)
 
     def log_outputs(self, generation: Generation) -> None:
         """Log the outputs of each finished request of a call (--enable-log-outputs), cut to

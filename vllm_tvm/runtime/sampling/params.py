@@ -5,9 +5,11 @@ and the engine all pass around. Keeping vLLM's names, defaults and validation me
 code written against vLLM run unchanged, and validating once here lets the sampler trust it.
 
 Deliberate differences from vLLM: `max_tokens <= 0` means unset (clients send -1 for "no
-limit") instead of an error; `best_of` is accepted only as a no-op (unset or equal to `n`);
-`logprobs=False` means no logprobs; temperatures in (0, 1e-2) are used as given, not raised
-to 1e-2, and temperature has no upper bound (the newest vLLM refuses above 2).
+limit") instead of an error (the OpenAI server and the CLI, whose surface is vLLM's, refuse it
+with vLLM's message through `check_requested_max_tokens`); `best_of` is accepted only as a
+no-op (unset or equal to `n`); `logprobs=False` means no logprobs; temperatures in (0, 1e-2)
+are used as given, not raised to 1e-2, and temperature has no upper bound (the newest vLLM
+refuses above 2).
 
 The engine-level choice of which logits the returned logprobs describe is `LogprobsMode`
 (passed to the `Sampler`, not per request), defined here beside the fields.
@@ -22,6 +24,16 @@ from typing import Literal, get_args
 
 SAMPLING_EPS = 1e-5
 """A temperature below this samples greedily (vLLM's `_SAMPLING_EPS`)."""
+
+SHOWN_TOKEN_IDS = 8
+"""How many offending token ids an error message lists (the rest are counted)."""
+
+
+def check_requested_max_tokens(max_tokens: int | None) -> None:
+    """vLLM's refusal of a requested `max_tokens` below 1 (None: unset, accepted)."""
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
+
 
 LogprobsMode = Literal["raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"]
 LOGPROBS_MODES: tuple[str, ...] = get_args(LogprobsMode)
@@ -216,9 +228,11 @@ class SamplingParams:
             ids = getattr(self, name) or ()
             out_of_vocab = [t for t in ids if t >= vocab_size]
             if out_of_vocab:
+                shown = ", ".join(map(str, out_of_vocab[:SHOWN_TOKEN_IDS]))
+                more = len(out_of_vocab) - SHOWN_TOKEN_IDS
                 raise ValueError(
-                    f"token_id(s) {out_of_vocab} in {name} contain out-of-vocab token ids. "
-                    f"Vocabulary size: {vocab_size}"
+                    f"token_id(s) [{shown}{f', ... ({more} more)' if more > 0 else ''}] in "
+                    f"{name} contain out-of-vocab token ids. Vocabulary size: {vocab_size}"
                 )
         cap = vocab_size if max_logprobs == -1 else max_logprobs
         for name in ("logprobs", "prompt_logprobs"):

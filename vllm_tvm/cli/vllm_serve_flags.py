@@ -1,0 +1,153 @@
+"""The flags of `vllm serve` (and of the reference server) that `vllm-tvm serve` does not
+implement, each recognised so a command line copied from a vLLM deployment gets a clear
+answer: accepted with no effect where what the flag does in vLLM does not exist here, or
+refused by name where ignoring it would change what the server does.
+
+Why it exists: argparse's generic "unrecognized arguments" does not say whether a flag is a
+typo or a known vLLM flag left out on purpose, nor what to use instead; keeping the lists
+apart from the flags serve implements keeps `serve_cmd` about what the server does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+NO_EFFECT_SWITCHES = {
+    "--enforce-eager": "CUDA graphs are fixed when the artifact is compiled "
+    "(VLLM_TVM_CUDA_GRAPH=0 at compile time turns them off)",
+    "--disable-log-stats": "the server logs no periodic engine statistics (see /metrics)",
+    "--disable-frontend-multiprocessing": "the server and engine already share one process",
+    "--disable-custom-all-reduce": "one device: there is no all-reduce",
+    "--enable-chunked-prefill": "long prompts are always prefilled in chunks",
+}
+"""vLLM switches accepted with no effect, and why their effect does not apply here."""
+
+NO_EFFECT_OPTIONS = {
+    "--swap-space": "preempted sequences are recomputed, never swapped to host memory",
+    "--max-seq-len-to-capture": "CUDA graphs are fixed when the artifact is compiled",
+}
+"""vLLM flags taking a value, accepted with no effect (the value is ignored), and why."""
+
+NOT_IMPLEMENTED = (
+    "--speculative-config",
+    "--kv-transfer-config",
+    "--enable-jump-forward",
+    "--tokenizer",
+    "--tokenizer-config",
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--quantization",
+    "--enable-lora",
+    "--lora-modules",
+    "--trust-remote-code",
+    "--ssl-keyfile",
+    "--ssl-certfile",
+    "--cuda-profile-graph-replays",
+    "--cuda-profile-graph-batch",
+    "--video-dit",
+    "-tp",
+    "-pp",
+    "-dp",
+    "--no-enable-chunked-prefill",
+    "--tokenizer-mode",
+    "--revision",
+    "--code-revision",
+    "--tokenizer-revision",
+    "--download-dir",
+    "--config-format",
+    "--kv-cache-dtype",
+    "--max-parallel-loading-workers",
+    "--distributed-executor-backend",
+    "--enable-expert-parallel",
+    "--cpu-offload-gb",
+    "--num-gpu-blocks-override",
+    "--max-num-partial-prefills",
+    "--max-long-partial-prefills",
+    "--long-prefill-token-threshold",
+    "--preemption-mode",
+    "--async-scheduling",
+    "--disable-sliding-window",
+    "--rope-scaling",
+    "--rope-theta",
+    "--hf-overrides",
+    "--generation-config",
+    "--override-generation-config",
+    "--compilation-config",
+    "--model-impl",
+    "--task",
+    "--runner",
+    "--convert",
+    "--limit-mm-per-prompt",
+    "--mm-processor-kwargs",
+    "--guided-decoding-backend",
+    "--structured-outputs-config",
+    "--logits-processors",
+    "--max-loras",
+    "--max-lora-rank",
+    "--max-cpu-loras",
+    "--fully-sharded-loras",
+    "--lora-dtype",
+    "--enable-sleep-mode",
+    "--api-server-count",
+    "--headless",
+    "--allowed-origins",
+    "--allow-credentials",
+    "--allowed-methods",
+    "--allowed-headers",
+    "--root-path",
+    "--middleware",
+    "--response-role",
+    "--return-tokens-as-token-ids",
+    "--enable-prompt-tokens-details",
+    "--chat-template-content-format",
+    "--default-chat-template-kwargs",
+    "--tool-parser-plugin",
+    "--enable-request-id-headers",
+    "--enable-server-load-tracking",
+    "--disable-fastapi-docs",
+    "--log-config-file",
+    "--otlp-traces-endpoint",
+    "--collect-detailed-traces",
+    "--kv-events-config",
+    "--ssl-ca-certs",
+    "--ssl-cert-reqs",
+    "--enable-ssl-refresh",
+)
+"""vLLM / reference-server flags refused by name: ignoring them would change behaviour."""
+
+HINTS = {
+    "--num-gpu-blocks-override": "use --num-blocks",
+    "--default-chat-template-kwargs": "use --enable-thinking to set enable_thinking",
+    "--tensor-parallel-size": "a server runs on one device",
+    "-tp": "a server runs on one device",
+}
+"""What to do instead, for some refused flags."""
+
+
+class _Refuse(argparse.Action):
+    """A recognised flag that is not implemented: fail naming it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        flag = option_string or self.option_strings[0]
+        hint = f"; {HINTS[flag]}" if flag in HINTS else ""
+        parser.error(f"{flag} is not supported by vllm-tvm serve{hint}")
+
+
+def add_vllm_serve_flags(parser: argparse.ArgumentParser) -> None:
+    """Recognise every flag above on `parser` (none of them sets a field)."""
+    for flag, why in NO_EFFECT_SWITCHES.items():
+        parser.add_argument(
+            flag, action="store_true", default=argparse.SUPPRESS, help=f"no effect: {why}"
+        )
+    for flag, why in NO_EFFECT_OPTIONS.items():
+        parser.add_argument(flag, default=argparse.SUPPRESS, metavar="N", help=f"no effect: {why}")
+    for flag in NOT_IMPLEMENTED:
+        parser.add_argument(flag, nargs="?", action=_Refuse, help=argparse.SUPPRESS)
