@@ -24,8 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
-from collections.abc import Sequence as SequenceOf
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -37,10 +36,10 @@ from vllm_tvm.runtime.engine.scheduler import ScheduledSequence, Scheduler, Sche
 from vllm_tvm.runtime.engine.sequence import (
     FINISH_ABORT,
     FINISH_ERROR,
+    EngineSequence,
     NoTextDecoder,
     OutputKind,
     Request,
-    Sequence,
 )
 from vllm_tvm.runtime.engine.stop_checker import StopChecker
 from vllm_tvm.runtime.kv.block_manager import BlockManager
@@ -65,8 +64,8 @@ from vllm_tvm.runtime.tokenization.detokenizer import DecodeTables, IncrementalD
 logger = logging.getLogger(__name__)
 
 PromptInput = str | list[int]
-LogitsHook = Callable[[list[Sequence], np.ndarray], None]
-Ready = tuple[Sequence, DeviceLogits, int]
+LogitsHook = Callable[[list[EngineSequence], np.ndarray], None]
+Ready = tuple[EngineSequence, DeviceLogits, int]
 """A sequence that samples this step, the forward's logits and its row in them."""
 
 
@@ -211,7 +210,7 @@ class LLMEngine:
         params: SamplingParams,
         arrival: float,
         priority: int,
-    ) -> Sequence:
+    ) -> EngineSequence:
         if params.n > 1:
             params = replace(
                 params,
@@ -246,7 +245,7 @@ class LLMEngine:
             if params.detokenize and tokenizer is not None
             else NoTextDecoder()
         )
-        return Sequence(
+        return EngineSequence(
             request_id, index, params, prompt_ids, context, stops, decoder, arrival, priority
         )
 
@@ -367,13 +366,13 @@ class LLMEngine:
                 ready.append((seq, logits, end_row - 1))
         return ready
 
-    def _add_prompt_logprobs(self, seq: Sequence, rows: np.ndarray, start: int) -> None:
+    def _add_prompt_logprobs(self, seq: EngineSequence, rows: np.ndarray, start: int) -> None:
         assert seq.prompt_logprobs is not None and seq.params.prompt_logprobs is not None
         entries = prompt_logprobs(rows, seq.prompt_token_ids, seq.params.prompt_logprobs, start)
         already = len(seq.prompt_logprobs) - (start + 1)  # entries a preempted run kept
         seq.prompt_logprobs.extend(entries[max(already, 0) :])
 
-    def _samples_on_device(self, seq: Sequence, logits: DeviceLogits) -> bool:
+    def _samples_on_device(self, seq: EngineSequence, logits: DeviceLogits) -> bool:
         """Whether `seq` takes its next token from the device (sampling/device_sampling.py lists
         what keeps a row on the host)."""
         return (
@@ -383,7 +382,7 @@ class LLMEngine:
             and not self._hook_may_mask(seq)
         )
 
-    def _hook_may_mask(self, seq: Sequence) -> bool:
+    def _hook_may_mask(self, seq: EngineSequence) -> bool:
         """Whether a logits hook may change `seq`'s row: a hook with `constrains(seq)` says
         so itself, any other one may mask any row."""
         for hook in self.logits_hooks:
@@ -474,12 +473,12 @@ class LLMEngine:
                     result.logprobs[position],
                 )
 
-    def _end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
+    def _end(self, seq: EngineSequence, reason: str, error: str | None = None) -> None:
         """Finish `seq` early (abort or error) and free its blocks."""
         seq.finish(reason, error=error)
         self._release(seq)
 
-    def _release(self, seq: Sequence) -> None:
+    def _release(self, seq: EngineSequence) -> None:
         self.scheduler.remove(seq)
         assert seq.finish_reason is not None and seq.finished_time is not None
         decode = (
@@ -521,9 +520,9 @@ def _is_decode(item: ScheduledSequence) -> bool:
 
 def generate_all(
     engine: LLMEngine,
-    prompts: SequenceOf[PromptInput],
-    params: SequenceOf[SamplingParams],
-    priorities: SequenceOf[int] | None = None,
+    prompts: Sequence[PromptInput],
+    params: Sequence[SamplingParams],
+    priorities: Sequence[int] | None = None,
 ) -> list[RequestOutput]:
     """Run requests to completion on `engine`, batched; outputs in prompt order.
 

@@ -1,5 +1,5 @@
-"""A request inside the engine: one `Sequence` per completion being generated, grouped by
-`Request` (a prompt with `n` completions).
+"""A request inside the engine: one `EngineSequence` per completion being generated, grouped
+by `Request` (a prompt with `n` completions).
 
 Why it exists: the scheduler, block manager and engine all need the same facts about a
 completion in flight (its tokens, how many of them are in the KV cache, its sampling and
@@ -52,7 +52,7 @@ class NoTextDecoder:
 
 
 @dataclass
-class Sequence:
+class EngineSequence:
     """One completion in flight.
 
     `token_ids` is the prompt followed by the output so far; `num_computed_tokens` of them
@@ -178,7 +178,7 @@ class Request:
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
-    seqs: list[Sequence]
+    seqs: list[EngineSequence]
     output_kind: OutputKind = "cumulative"
     arrival_time: float = field(default_factory=time.perf_counter)
     sent_prompt_logprobs: bool = False
