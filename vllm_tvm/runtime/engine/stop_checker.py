@@ -127,11 +127,6 @@ class StopChecker:
         return self._max_output_tokens
 
     @property
-    def num_output_tokens(self) -> int:
-        """Tokens fed so far."""
-        return self._num_output_tokens
-
-    @property
     def output_text(self) -> str:
         """The output text so far (cut at the stop string once finished by one)."""
         return self._text
