@@ -11,7 +11,7 @@ from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine.llm_engine import PromptTooLongError
+from vllm_tvm.runtime.engine.intake import PromptTooLongError
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 LONG = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
