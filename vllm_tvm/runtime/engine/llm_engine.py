@@ -191,7 +191,7 @@ class LLMEngine:
             output = request.make_output()
             if output is not None:
                 outputs.append(output)
-            if request.is_finished:
+            if output.finished if output is not None else request.is_finished:
                 del requests[request_id]
         return outputs
 

@@ -168,7 +168,7 @@ class BlockManager:
         """Whether `seq` can get blocks to hold `num_tokens` tokens in all."""
         assert seq.kv_id is not None
         needed = self._blocks_for(num_tokens) - len(self._tables[seq.kv_id])
-        return needed <= self.num_free_blocks
+        return needed <= 0 or needed <= self.num_free_blocks
 
     def grow(self, seq: EngineSequence, num_tokens: int) -> None:
         """Reserve blocks so `seq` holds `num_tokens` tokens in all (check `can_grow`)."""
@@ -194,8 +194,10 @@ class BlockManager:
         if not self.enable_prefix_caching or seq.kv_id is None:
             return
         kv_id = seq.kv_id
-        table = self._tables[kv_id]
         full = seq.num_computed_tokens // self.block_size
+        if full <= self._registered_upto[kv_id]:  # most steps: no block newly full
+            return
+        table = self._tables[kv_id]
         extend_block_hashes(seq.block_hashes, seq.token_ids, self.block_size, full)
         index = self._registered_upto[kv_id]
         while index < full:

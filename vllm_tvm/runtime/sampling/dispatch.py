@@ -86,8 +86,8 @@ class SamplingDispatch:
         hooks = self.logits_hooks
         for index, seq in enumerate(seqs):
             on_device = (
-                (can_sample or seq.params.greedy)
-                and not needs_host_row(seq.sampling)
+                not needs_host_row(seq.sampling)
+                and (can_sample or seq.params.greedy)
                 and not (hooks and _hook_may_mask(hooks, seq))
             )
             (device if on_device else host).append(index)
