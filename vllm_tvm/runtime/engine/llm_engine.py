@@ -198,10 +198,6 @@ class LLMEngine:
     def _run(self, scheduled: list[ScheduledSequence]) -> list[EngineSequence]:
         """One forward over `scheduled`, then sampling; the sequences whose request changed
         (advanced, finished or failed), in the order they did."""
-        now = time.perf_counter()
-        for item in scheduled:
-            if item.seq.first_scheduled_time is None:
-                item.seq.first_scheduled_time = now
         batch = prepare_batch(scheduled)
         try:
             logits = run_forward(self.runner, batch)

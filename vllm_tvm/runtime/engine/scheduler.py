@@ -21,6 +21,7 @@ many as the budget allows, running sequences first, then waiting ones in policy 
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -140,6 +141,8 @@ class Scheduler:
             self.waiting.remove(seq)
             self.running.append(seq)
             seq.status = SequenceStatus.RUNNING
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.perf_counter()
             output.scheduled.append(ScheduledSequence(seq, num_tokens))
             budget -= num_tokens
 
