@@ -189,9 +189,12 @@ class LLMEngine:
         for request_id in dict.fromkeys(seq.request_id for seq in touched):
             request = requests[request_id]
             output = request.make_output()
-            if output is not None:
+            if output is None:
+                finished = request.is_finished
+            else:
                 outputs.append(output)
-            if output.finished if output is not None else request.is_finished:
+                finished = output.finished
+            if finished:
                 del requests[request_id]
         return outputs
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.sequence import EngineSequence, SequenceStatus
@@ -56,8 +56,7 @@ class SchedulerConfig:
             )
 
 
-@dataclass
-class ScheduledSequence:
+class ScheduledSequence(NamedTuple):
     """`num_tokens` tokens of `seq`, from its `num_computed_tokens` on, run this step."""
 
     seq: EngineSequence
