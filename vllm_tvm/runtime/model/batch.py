@@ -95,10 +95,11 @@ def is_decode_row(item: ScheduledSequence) -> bool:
 def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
     """The forward that computes `scheduled` (the sequences' tokens are not yet marked
     computed: the caller does that once the forward has run)."""
-    decodes = [item.seq for item in scheduled if is_decode_row(item)]
+    decode_flags = [is_decode_row(item) for item in scheduled]
+    decodes = [item.seq for item, decode in zip(scheduled, decode_flags, strict=True) if decode]
     if len(decodes) == len(scheduled):
         return ForwardBatch(
-            kv_ids=[seq.kv_id for seq in decodes],  # type: ignore[misc]  # scheduled: has KV
+            kv_ids=[seq.kv_id for seq in decodes],  # type: ignore[misc]  # scheduled sequences hold KV
             token_ids=[seq.token_ids[-1] for seq in decodes],
             chunk_lengths=[1] * len(decodes),
             logit_positions=None,
@@ -106,7 +107,8 @@ def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
             sampling_rows=list(range(len(decodes))),
             prompt_logprob_rows=[],
         )
-    return _ragged_batch([item for item in scheduled if not is_decode_row(item)], decodes)
+    prefills = [item for item, decode in zip(scheduled, decode_flags, strict=True) if not decode]
+    return _ragged_batch(prefills, decodes)
 
 
 def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequence]) -> ForwardBatch:

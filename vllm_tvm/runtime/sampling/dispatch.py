@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from vllm_tvm.runtime.sampling.sampler import Sampler, SamplingContext, TokenLog
 if TYPE_CHECKING:
     from vllm_tvm.runtime.engine.sequence import EngineSequence
 
-LogitsHook = Callable[[list[Any], np.ndarray], None]
+LogitsHook = Callable[[list["EngineSequence"], np.ndarray], None]
 """hook(sequences, logits): masks the host rows of `sequences` in place."""
 
 
