@@ -10,7 +10,7 @@ import pytest
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine.llm_engine import PromptTooLongError
+from vllm_tvm.runtime.engine.intake import PromptTooLongError
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 LONG = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)

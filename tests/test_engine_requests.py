@@ -14,7 +14,7 @@ from tiny_models import load_oracle
 
 from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.engine.llm_engine import PromptTooLongError
+from vllm_tvm.runtime.engine.intake import PromptTooLongError
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 

@@ -21,12 +21,13 @@ many as the budget allows, running sequences first, then waiting ones in policy 
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
-from vllm_tvm.runtime.engine.sequence import Sequence, SequenceStatus
+from vllm_tvm.runtime.engine.sequence import EngineSequence, SequenceStatus
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
@@ -55,11 +56,10 @@ class SchedulerConfig:
             )
 
 
-@dataclass
-class ScheduledSequence:
+class ScheduledSequence(NamedTuple):
     """`num_tokens` tokens of `seq`, from its `num_computed_tokens` on, run this step."""
 
-    seq: Sequence
+    seq: EngineSequence
     num_tokens: int
 
 
@@ -68,7 +68,7 @@ class SchedulerOutput:
     """One step's work, in batch order, and the sequences it preempted."""
 
     scheduled: list[ScheduledSequence] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
+    preempted: list[EngineSequence] = field(default_factory=list)
 
 
 class Scheduler:
@@ -80,19 +80,19 @@ class Scheduler:
         self.config = config
         self.block_manager = block_manager
         self.metrics = metrics
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.waiting: deque[EngineSequence] = deque()
+        self.running: list[EngineSequence] = []
 
     @property
     def has_unfinished(self) -> bool:
         """Whether any sequence waits or runs."""
         return bool(self.waiting or self.running)
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: EngineSequence) -> None:
         """Queue a new sequence."""
         self.waiting.append(seq)
 
-    def remove(self, seq: Sequence) -> None:
+    def remove(self, seq: EngineSequence) -> None:
         """Take a sequence out (finished, aborted or failed) and free its blocks."""
         if seq in self.running:
             self.running.remove(seq)
@@ -140,10 +140,12 @@ class Scheduler:
             self.waiting.remove(seq)
             self.running.append(seq)
             seq.status = SequenceStatus.RUNNING
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.perf_counter()
             output.scheduled.append(ScheduledSequence(seq, num_tokens))
             budget -= num_tokens
 
-    def _waiting_order(self) -> list[Sequence]:
+    def _waiting_order(self) -> list[EngineSequence]:
         policy = self.config.policy
         if policy == "priority":
             return sorted(self.waiting, key=lambda s: (s.priority, s.arrival_time, s.seq_id))
@@ -152,12 +154,12 @@ class Scheduler:
             return sorted(self.waiting, key=lambda s: (-hits[s.seq_id], s.arrival_time, s.seq_id))
         return list(self.waiting)
 
-    def _preemption_victim(self) -> Sequence:
+    def _preemption_victim(self) -> EngineSequence:
         if self.config.policy == "priority":
             return max(self.running, key=lambda s: (s.priority, s.arrival_time, s.seq_id))
         return self.running[-1]
 
-    def _preempt(self, seq: Sequence, output: SchedulerOutput) -> int:
+    def _preempt(self, seq: EngineSequence, output: SchedulerOutput) -> int:
         """Send a running sequence back to the queue's front; the budget it gives back."""
         returned = 0
         for item in output.scheduled:

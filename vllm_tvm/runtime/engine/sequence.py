@@ -1,5 +1,5 @@
-"""A request inside the engine: one `Sequence` per completion being generated, grouped by
-`Request` (a prompt with `n` completions).
+"""A request inside the engine: one `EngineSequence` per completion being generated, grouped
+by `Request` (a prompt with `n` completions).
 
 Why it exists: the scheduler, block manager and engine all need the same facts about a
 completion in flight (its tokens, how many of them are in the KV cache, its sampling and
@@ -51,9 +51,10 @@ class NoTextDecoder:
         return ""
 
 
-@dataclass
-class Sequence:
-    """One completion in flight.
+@dataclass(eq=False)
+class EngineSequence:
+    """One completion in flight (equal only to itself: the scheduler finds sequences in its
+    queues by identity, not by comparing every field).
 
     `token_ids` is the prompt followed by the output so far; `num_computed_tokens` of them
     have their keys and values in the KV cache (the last sampled token never has until the
@@ -178,7 +179,7 @@ class Request:
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
-    seqs: list[Sequence]
+    seqs: list[EngineSequence]
     output_kind: OutputKind = "cumulative"
     arrival_time: float = field(default_factory=time.perf_counter)
     sent_prompt_logprobs: bool = False
@@ -186,12 +187,18 @@ class Request:
     @property
     def is_finished(self) -> bool:
         """Whether every sequence has stopped."""
-        return all(seq.is_finished for seq in self.seqs)
+        for seq in self.seqs:  # a loop, not all(): this runs for every request every step
+            if seq.status is not SequenceStatus.FINISHED:
+                return False
+        return True
 
     @property
     def error(self) -> str | None:
         """The first failure among the sequences, if any."""
-        return next((seq.error for seq in self.seqs if seq.error is not None), None)
+        for seq in self.seqs:
+            if seq.error is not None:
+                return seq.error
+        return None
 
     def make_output(self) -> RequestOutput | None:
         """The output to hand out after a step that touched this request (None when its
@@ -219,13 +226,15 @@ class Request:
     def metrics(self) -> RequestMetrics:
         """Timings of the request (of its first sequence when n > 1)."""
         seq = self.seqs[0]
-        metrics = RequestMetrics(arrival_time=self.arrival_time)
-        if seq.first_token_time is not None:
-            metrics.time_to_first_token = seq.first_token_time - self.arrival_time
-            if seq.first_scheduled_time is not None:
-                metrics.prefill_seconds = seq.first_token_time - seq.first_scheduled_time
-            if seq.last_token_time is not None:
-                metrics.decode_seconds = seq.last_token_time - seq.first_token_time
-            metrics.decode_tokens = max(len(seq.output_token_ids) - 1, 0)
-        metrics.finished_time = seq.finished_time
-        return metrics
+        first = seq.first_token_time
+        if first is None:
+            return RequestMetrics(arrival_time=self.arrival_time, finished_time=seq.finished_time)
+        scheduled, last = seq.first_scheduled_time, seq.last_token_time
+        return RequestMetrics(
+            prefill_seconds=0.0 if scheduled is None else first - scheduled,
+            decode_seconds=0.0 if last is None else last - first,
+            time_to_first_token=first - self.arrival_time,
+            decode_tokens=max(len(seq.output_token_ids) - 1, 0),
+            arrival_time=self.arrival_time,
+            finished_time=seq.finished_time,
+        )

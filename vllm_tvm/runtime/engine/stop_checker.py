@@ -53,6 +53,10 @@ class StepResult:
     stop_reason: int | str | None = None
 
 
+_NO_TEXT_YET = StepResult(text="", finished=False)
+"""The result of most tokens without text (shared: results are immutable)."""
+
+
 def _normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
     strings = (stop,) if isinstance(stop, str) else tuple(stop or ())
     for s in strings:
@@ -127,11 +131,6 @@ class StopChecker:
         return self._max_output_tokens
 
     @property
-    def num_output_tokens(self) -> int:
-        """Tokens fed so far."""
-        return self._num_output_tokens
-
-    @property
     def output_text(self) -> str:
         """The output text so far (cut at the stop string once finished by one)."""
         return self._text
@@ -180,7 +179,7 @@ class StopChecker:
             visible = len(self._text) - self._held_back()
             text = self._text[self._emitted : visible]
             self._emitted = visible
-            return StepResult(text=text, finished=False)
+            return StepResult(text=text, finished=False) if text else _NO_TEXT_YET
         text = self._text[self._emitted :]
         self._emitted = len(self._text)
         self._result = StepResult(text, True, finish_reason, stop_reason)

@@ -36,7 +36,7 @@ from vllm_tvm.runtime.kv.kv_cache import PagedKVCache
 from vllm_tvm.runtime.kv.prefix_cache import BlockHash, PrefixCache, extend_block_hashes
 
 if TYPE_CHECKING:
-    from vllm_tvm.runtime.engine.sequence import Sequence
+    from vllm_tvm.runtime.engine.sequence import EngineSequence
 
 FIRST_KV_SEQUENCE_ID = 1 << 20
 """KV sequence ids start here, leaving small ids free for direct use of the cache (tools)."""
@@ -106,7 +106,7 @@ class BlockManager:
 
     # ---- admission ----
 
-    def match_prefix(self, seq: Sequence) -> list[int]:
+    def match_prefix(self, seq: EngineSequence) -> list[int]:
         """The cached blocks that start `seq`'s tokens (none when prefix caching is off or
         the sequence wants prompt logprobs, which need every position computed). At least
         one token is always left to compute, so its logits exist."""
@@ -139,7 +139,7 @@ class BlockManager:
         needed = self._blocks_for(num_tokens) - len(hit)
         return needed <= self.num_free_blocks - reused_free
 
-    def allocate(self, seq: Sequence, hit: list[int], num_tokens: int) -> None:
+    def allocate(self, seq: EngineSequence, hit: list[int], num_tokens: int) -> None:
         """Give `seq` a KV sequence sharing the cached blocks `hit` (its first tokens, now
         computed) and blocks for its first `num_tokens` tokens. Check `can_allocate` first."""
         assert seq.kv_id is None, f"sequence {seq.seq_id} already has KV"
@@ -164,13 +164,13 @@ class BlockManager:
 
     # ---- growth ----
 
-    def can_grow(self, seq: Sequence, num_tokens: int) -> bool:
+    def can_grow(self, seq: EngineSequence, num_tokens: int) -> bool:
         """Whether `seq` can get blocks to hold `num_tokens` tokens in all."""
         assert seq.kv_id is not None
         needed = self._blocks_for(num_tokens) - len(self._tables[seq.kv_id])
-        return needed <= self.num_free_blocks
+        return needed <= 0 or needed <= self.num_free_blocks
 
-    def grow(self, seq: Sequence, num_tokens: int) -> None:
+    def grow(self, seq: EngineSequence, num_tokens: int) -> None:
         """Reserve blocks so `seq` holds `num_tokens` tokens in all (check `can_grow`)."""
         assert seq.kv_id is not None
         self._reserve(seq.kv_id, num_tokens)
@@ -186,7 +186,7 @@ class BlockManager:
 
     # ---- prefix caching ----
 
-    def cache_full_blocks(self, seq: Sequence) -> None:
+    def cache_full_blocks(self, seq: EngineSequence) -> None:
         """Register the blocks `seq` has completely computed, so later sequences can share
         them. A block is registered only after its parent and only if its hash is new (a
         duplicate computed concurrently elsewhere stays private, and so do the blocks after
@@ -194,8 +194,10 @@ class BlockManager:
         if not self.enable_prefix_caching or seq.kv_id is None:
             return
         kv_id = seq.kv_id
-        table = self._tables[kv_id]
         full = seq.num_computed_tokens // self.block_size
+        if full <= self._registered_upto[kv_id]:  # most steps: no block newly full
+            return
+        table = self._tables[kv_id]
         extend_block_hashes(seq.block_hashes, seq.token_ids, self.block_size, full)
         index = self._registered_upto[kv_id]
         while index < full:
@@ -222,7 +224,7 @@ class BlockManager:
 
     # ---- release ----
 
-    def free(self, seq: Sequence) -> None:
+    def free(self, seq: EngineSequence) -> None:
         """`seq` lets go of its blocks (finished, aborted, failed or preempted). Its leading
         cached blocks stay cached, held by its KV sequence cut back to them."""
         kv_id = seq.kv_id

@@ -2,7 +2,7 @@
 
 The cache is created by the artifact's `create_kv_cache` function (so its attention kernels
 match the model) and manipulated with `vm.builtin.kv_state_*` / `attention_kv_cache_*`.
-This class names those calls; the block accounting above it lives in the engine.
+This class names those calls; the block accounting above it lives in block_manager.py.
 """
 
 from __future__ import annotations
@@ -27,6 +27,25 @@ class KVCacheConfig:
     max_total_seq_len: int
     prefill_chunk_size: int
     page_size: int = COMPILED_PAGE_SIZE
+
+    def check_holds(self, max_num_seqs: int, max_num_batched_tokens: int, pool_tokens: int) -> None:
+        """Refuse a scheduler or pool this cache cannot serve: more sequences per forward
+        than its batch size, a step's tokens past its prefill chunk, a pool past its size."""
+        if self.prefill_chunk_size < max_num_batched_tokens:
+            raise ValueError(
+                f"max_num_batched_tokens {max_num_batched_tokens} exceeds the KV cache's "
+                f"prefill chunk of {self.prefill_chunk_size} tokens"
+            )
+        if self.max_batch_size < max_num_seqs:
+            raise ValueError(
+                f"max_num_seqs {max_num_seqs} exceeds the KV cache's batch "
+                f"size {self.max_batch_size}"
+            )
+        if self.max_total_seq_len < pool_tokens:
+            raise ValueError(
+                f"the KV pool of {pool_tokens} tokens does not fit the KV cache's "
+                f"{self.max_total_seq_len}"
+            )
 
 
 def _builtin(name: str) -> Any:

@@ -10,7 +10,7 @@ What keeps a sequence on the host path (its row must reach the host sampler), fr
 - `logprobs` (the returned values need the row) and `prompt_logprobs` (the whole request);
 - `allowed_token_ids`, `bad_words`, `logit_bias`, and `min_tokens` until it is reached;
 - repetition, frequency and presence penalties;
-- a logits hook that may mask its row (the engine decides that, see engine/llm_engine.py);
+- a logits hook that may mask its row (sampling/dispatch.py decides that);
 - a random draw when the artifact has no compiled `sample` (greedy still runs on device).
 Greedy rows and rows with only temperature / top_k / top_p / min_p / seed run on the device.
 

@@ -1,0 +1,165 @@
+"""One step's scheduled work as the arguments of ONE forward, and that forward.
+
+Why it exists: the scheduler hands out sequences with a number of tokens each (a whole
+prompt, a chunk of one, or the single token sampled last step); the runner takes KV ids and
+token ids. In between: which compiled function runs, which tokens each sequence feeds, which
+rows of logits are produced, and which row each sequence samples from (prompt logprobs need
+a row per prompt position). As in vLLM v1, a step is one forward whatever it mixes:
+
+- every sequence computes exactly its last sampled token (a *decode row*): the compiled
+  `decode` (or `decode_single` at batch 1), whose static shapes CUDA graphs capture; one
+  logits row per sequence;
+- anything else: one ragged `prefill` over all chunks, a decode row being a 1-token chunk;
+  `logit_positions` selects the rows that are needed (the last token of each chunk that
+  finishes its sequence's tokens, every position of a chunk that wants prompt logprobs).
+
+Chunks are laid out prefills first, then decode rows, so that sequences sample in the same
+order whichever forward runs (the order of the shared random generator's draws).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from vllm_tvm.runtime.model.device_logits import DeviceLogits
+
+if TYPE_CHECKING:
+    from vllm_tvm.runtime.engine.scheduler import ScheduledSequence
+    from vllm_tvm.runtime.engine.sequence import EngineSequence
+
+
+class ForwardRunner(Protocol):
+    """The two forwards of `ModelRunner` a batch runs on."""
+
+    def prefill_logits(
+        self,
+        seq_ids: Sequence[int],
+        chunks: Sequence[Sequence[int]],
+        logit_positions: Sequence[int] | None = None,
+    ) -> DeviceLogits:
+        """One ragged forward over `chunks`; the logits rows at `logit_positions`."""
+        ...
+
+    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
+        """One token per sequence; a logits row per sequence."""
+        ...
+
+
+class PromptLogprobRows(NamedTuple):
+    """The logits rows `[first_row, end_row)` of `seq`'s chunk, which starts at prompt
+    position `start`: each row scores the prompt token after its position."""
+
+    seq: EngineSequence
+    start: int
+    first_row: int
+    end_row: int
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """The arguments of one forward and what its logits rows mean.
+
+    `token_ids` are the chunks of all sequences one after another, `chunk_lengths[i]` tokens
+    for KV sequence `kv_ids[i]`. `logit_positions` (indices into `token_ids`) None means the
+    decode forward (one token and one logits row per sequence). After the forward,
+    `sampling_seqs[j]` draws its next token from row `sampling_rows[j]`.
+    """
+
+    kv_ids: list[int]
+    token_ids: list[int]
+    chunk_lengths: list[int]
+    logit_positions: list[int] | None
+    sampling_seqs: list[EngineSequence]
+    sampling_rows: list[int]
+    prompt_logprob_rows: list[PromptLogprobRows]
+
+    @property
+    def is_decode(self) -> bool:
+        """Whether the batch runs the decode forward."""
+        return self.logit_positions is None
+
+
+def is_decode_row(item: ScheduledSequence) -> bool:
+    """One token, the last one sampled, after tokens already in the cache: a decode row."""
+    seq = item.seq
+    return (
+        item.num_tokens == 1
+        and 0 < seq.num_computed_tokens == len(seq.token_ids) - 1
+        and (seq.prompt_logprobs is None or not seq.wants_prompt_logprobs)
+    )
+
+
+def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
+    """The forward that computes `scheduled` (the sequences' tokens are not yet marked
+    computed: the caller does that once the forward has run)."""
+    decode_flags = [is_decode_row(item) for item in scheduled]
+    decodes = [item.seq for item, decode in zip(scheduled, decode_flags, strict=True) if decode]
+    if len(decodes) == len(scheduled):
+        return ForwardBatch(
+            kv_ids=[seq.kv_id for seq in decodes],  # type: ignore[misc]  # scheduled sequences hold KV
+            token_ids=[seq.token_ids[-1] for seq in decodes],
+            chunk_lengths=[1] * len(decodes),
+            logit_positions=None,
+            sampling_seqs=decodes,
+            sampling_rows=list(range(len(decodes))),
+            prompt_logprob_rows=[],
+        )
+    prefills = [item for item, decode in zip(scheduled, decode_flags, strict=True) if not decode]
+    return _ragged_batch(prefills, decodes)
+
+
+def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequence]) -> ForwardBatch:
+    """One ragged prefill: the prefill chunks, then the decode rows as 1-token chunks."""
+    kv_ids: list[int] = []
+    token_ids: list[int] = []
+    lengths: list[int] = []
+    positions: list[int] = []
+    sampling_seqs: list[EngineSequence] = []
+    sampling_rows: list[int] = []
+    logprob_rows: list[PromptLogprobRows] = []
+    offset = 0
+    for item in prefills:
+        seq, start, count = item.seq, item.seq.num_computed_tokens, item.num_tokens
+        assert seq.kv_id is not None
+        kv_ids.append(seq.kv_id)
+        token_ids.extend(seq.token_ids[start : start + count])
+        lengths.append(count)
+        first_row = len(positions)
+        if seq.wants_prompt_logprobs:
+            positions.extend(range(offset, offset + count))
+            logprob_rows.append(PromptLogprobRows(seq, start, first_row, len(positions)))
+        elif start + count == seq.num_tokens:
+            positions.append(offset + count - 1)
+        if start + count == seq.num_tokens:
+            sampling_seqs.append(seq)
+            sampling_rows.append(len(positions) - 1)
+        offset += count
+    for seq in decodes:
+        assert seq.kv_id is not None
+        kv_ids.append(seq.kv_id)
+        token_ids.append(seq.token_ids[-1])
+        lengths.append(1)
+        positions.append(offset)
+        sampling_seqs.append(seq)
+        sampling_rows.append(len(positions) - 1)
+        offset += 1
+    if not positions:  # no chunk finishes its tokens: no logits are needed, one is made
+        positions.append(offset - 1)
+    return ForwardBatch(
+        kv_ids, token_ids, lengths, positions, sampling_seqs, sampling_rows, logprob_rows
+    )
+
+
+def run_forward(runner: ForwardRunner, batch: ForwardBatch) -> DeviceLogits:
+    """Run `batch` as one forward on `runner`; its logits rows, on the device."""
+    if batch.logit_positions is None:
+        return runner.decode_logits(batch.kv_ids, batch.token_ids)
+    ends = list(itertools.accumulate(batch.chunk_lengths))
+    chunks = [
+        batch.token_ids[end - length : end]
+        for end, length in zip(ends, batch.chunk_lengths, strict=True)
+    ]
+    return runner.prefill_logits(batch.kv_ids, chunks, batch.logit_positions)
