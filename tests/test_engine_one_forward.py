@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
-from engine_helpers import make_llm as make_llm  # the fixture
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.engine.intake import RequestIntake
