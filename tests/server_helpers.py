@@ -29,6 +29,7 @@ from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.server.app import build_app
 from vllm_tvm.server.config import ServerConfig
+from vllm_tvm.server.connections import uvicorn_options
 from vllm_tvm.server.serving import ServingContext
 
 SERVER_MODEL = TinyModelSpec(
@@ -62,7 +63,9 @@ class LiveServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(build_app(ctx), log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            build_app(ctx), log_level="warning", lifespan="off", **uvicorn_options(ctx.config)
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True

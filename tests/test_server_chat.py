@@ -134,7 +134,8 @@ def test_n_2_gives_two_choices(client):
     assert sorted(c.index for c in result.choices) == [0, 1]
 
 
-def test_tools_reach_the_chat_template(server):
+def test_tools_reach_the_chat_template(server_farm):
+    server = server_farm.server(trust_request_chat_template=True)
     template = "{% for t in tools %}{{ t['function']['name'] }};{% endfor %}"
     body = {"messages": USER, "tools": TOOLS, "chat_template": template}
     tokens = httpx.post(server.url + "/tokenize", json=body).json()
@@ -212,7 +213,9 @@ def _decoded(calls: list[Any]) -> list[tuple[str, Any]]:
 def test_tool_calls_are_parsed_from_each_dialect(server_farm, dialect):
     calls = CALLS[:1] if dialect.parser == "llama3_json" else CALLS
     text = dialect_turn(dialect, calls)
-    client = server_farm.server(tool_call_parser=dialect.parser).client()
+    client = server_farm.server(
+        tool_call_parser=dialect.parser, trust_request_chat_template=True
+    ).client()
     args = {
         "model": MODEL_NAME,
         "messages": USER,

@@ -203,3 +203,30 @@ def test_sigterm_finishes_the_stream_in_flight_and_exits(server_farm):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_request_template_timeout_and_structured_output_flags_set_their_fields():
+    default = parse("--model", "m")
+    assert not default.trust_request_chat_template and default.disable_additional_properties
+    options = '{"backend": "guidance", "disable_additional_properties": false}'
+    config = parse(
+        "--model", "m", "--trust-request-chat-template", "--request-read-timeout", "2.5",
+        "--structured-outputs-config", options,
+    )  # fmt: skip
+    assert config.trust_request_chat_template and config.request_read_timeout == 2.5
+    assert not config.disable_additional_properties
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ('{"backend": "xgrammar"}', "xgrammar"),
+        ('{"disable_any_whitespace": true}', "disable_any_whitespace"),
+        ('{"disable_additional_properties": "no"}', "true or false"),
+        ("[]", "JSON object"),
+    ],
+)
+def test_structured_outputs_config_refuses_what_does_not_apply(capsys, value, named):
+    with pytest.raises(SystemExit):
+        parse("--model", "m", "--structured-outputs-config", value)
+    assert named in capsys.readouterr().err

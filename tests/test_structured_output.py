@@ -284,7 +284,9 @@ def test_whitespace_is_flexible_by_default_and_can_be_disabled(tiny: Vocab) -> N
 def test_disable_additional_properties_closes_open_object_schemas(tiny: Vocab) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     text_ids = tiny.tokenizer.encode('{"a":1,"b":2}', add_special_tokens=False)
-    open_matcher = tiny.grammar.compile(StructuredOutputsParams(json=schema))
+    open_matcher = tiny.grammar.compile(
+        StructuredOutputsParams(json=schema, disable_additional_properties=False)
+    )
     for token in text_ids:
         open_matcher.accept(token)
     closed = StructuredOutputsParams(json=schema, disable_additional_properties=True)
@@ -419,3 +421,16 @@ def test_vocabulary_without_eos_is_refused() -> None:
     tokenizer.eos_token_ids = []
     with pytest.raises(ValueError, match="needs an EOS token id"):
         GrammarVocabulary(tokenizer)
+
+
+def test_object_schemas_are_closed_unless_the_request_opens_them(tiny: Vocab) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    default = StructuredOutputsParams(json=schema)
+    assert default.disable_additional_properties is None and default.closes_objects
+    assert not StructuredOutputsParams(
+        json=schema, disable_additional_properties=False
+    ).closes_objects
+    matcher = tiny.grammar.compile(default)
+    with pytest.raises(ValueError, match="not allowed"):
+        for token in tiny.tokenizer.encode('{"a":1,"b":2}', add_special_tokens=False):
+            matcher.accept(token)

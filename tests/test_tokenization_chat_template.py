@@ -8,6 +8,8 @@ inputs. Where transformers fails on an input, ours must fail too.
 from __future__ import annotations
 
 import copy
+import sys
+import time
 from typing import Any
 
 import pytest
@@ -264,3 +266,59 @@ def test_templates_cannot_reach_python_internals() -> None:
     template = "{{ messages.__class__.__mro__ }}"
     with pytest.raises(ChatTemplateError):
         render_chat_template(template, [{"role": "user", "content": "x"}])
+
+
+# ------------------------------------------------------------------------ render bounds
+HELLO = [{"role": "user", "content": "Hello!"}]
+
+
+@pytest.mark.parametrize(
+    ("template", "named"),
+    [
+        ("{{ 1/0 }}", "ZeroDivisionError"),
+        ("{% for i in range(100001) %}{% endfor %}", "OverflowError"),
+        ("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+        ("{{ 'x' * 100000000 }}", "repeats a sequence"),
+        ("{{ [1] * 100000000 }}", "repeats a sequence"),
+        ("{{ 10 ** 100000 }}", "to the power"),
+    ],
+)
+def test_a_failing_or_oversized_template_is_a_chat_template_error(template, named):
+    with pytest.raises(ChatTemplateError, match=named):
+        render_chat_template(template, HELLO)
+
+
+def test_a_template_looping_past_the_time_bound_stops(monkeypatch):
+    from vllm_tvm.runtime.tokenization import template_limits
+
+    monkeypatch.setattr(template_limits, "MAX_RENDER_SECONDS", 0.5)
+    nested = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    started = time.monotonic()
+    with pytest.raises(ChatTemplateError, match=r"more than 0\.5 s"):
+        render_chat_template(nested, HELLO)
+    assert time.monotonic() - started < 3
+    assert render_chat_template("{{ messages[0].content }}", HELLO) == "Hello!"
+
+
+def test_output_past_the_size_bound_is_refused(monkeypatch):
+    from vllm_tvm.runtime.tokenization import template_limits
+
+    monkeypatch.setattr(template_limits, "MAX_OUTPUT_CHARS", 1000)
+    assert len(render_chat_template("{% for i in range(100) %}0123456789{% endfor %}", HELLO))
+    with pytest.raises(ChatTemplateError, match="output passed the limit of 1000"):
+        render_chat_template("{% for i in range(101) %}0123456789{% endfor %}", HELLO)
+
+
+def test_rendering_restores_the_threads_trace_function():
+    calls: list[str] = []
+
+    def tracer(frame: Any, event: str, arg: Any) -> None:
+        calls.append(event)
+
+    sys.settrace(tracer)
+    try:
+        render_chat_template("{{ messages[0].content }}", HELLO)
+        restored = sys.gettrace()
+    finally:
+        sys.settrace(None)
+    assert restored is tracer

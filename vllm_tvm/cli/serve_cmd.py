@@ -10,6 +10,7 @@ a server that silently behaves differently. Any other unknown flag is an argpars
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 from dataclasses import replace
@@ -21,8 +22,12 @@ from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
 from vllm_tvm.server.config import (
     DEFAULT_MAX_LOGPROBS,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
+    DEFAULT_REQUEST_READ_TIMEOUT,
     ServerConfig,
 )
+
+STRUCTURED_OUTPUT_BACKENDS = ("auto", "guidance")
+"""`backend` values --structured-outputs-config accepts: the one backend there is (llguidance)."""
 
 
 def _parser_names() -> tuple[list[str], list[str]]:
@@ -74,6 +79,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--chat-template", default=None, help="chat template file, text, or checkpoint name"
     )
     parser.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="let requests send their own chat_template (rendered in a bounded sandbox); "
+        "refused by default",
+    )
+    parser.add_argument(
+        "--structured-outputs-config",
+        type=structured_outputs_config,
+        default={},
+        metavar="JSON",
+        help='structured-output options as JSON, e.g. \'{"disable_additional_properties": '
+        "false}' to let JSON objects carry properties their schema does not list",
+    )
+    parser.add_argument(
         "--enable-thinking",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -110,6 +129,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="answer 413 to a request body longer than this, before reading it "
         f"(default {DEFAULT_MAX_REQUEST_BODY_BYTES}; 0: no limit)",
     )
+    parser.add_argument(
+        "--request-read-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_READ_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection whose request header, or body, takes longer than this to "
+        f"arrive (default {DEFAULT_REQUEST_READ_TIMEOUT:g})",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     add_vllm_serve_flags(parser)
     parser.set_defaults(run=run)
@@ -137,15 +164,44 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
         chat_template=args.chat_template,
         enable_thinking=args.enable_thinking,
+        trust_request_chat_template=args.trust_request_chat_template,
+        disable_additional_properties=args.structured_outputs_config.get(
+            "disable_additional_properties", ServerConfig.disable_additional_properties
+        ),
         enable_log_requests=args.enable_log_requests,
         enable_log_outputs=args.enable_log_outputs,
         max_log_len=args.max_log_len,
         enable_metrics=args.enable_metrics,
         enable_force_include_usage=args.enable_force_include_usage,
         max_request_body_bytes=args.max_request_body_bytes,
+        request_read_timeout=args.request_read_timeout,
         disable_uvicorn_access_log=args.disable_uvicorn_access_log,
         uvicorn_log_level="debug" if args.verbose else args.uvicorn_log_level,
     )
+
+
+def structured_outputs_config(text: str) -> dict[str, object]:
+    """--structured-outputs-config: vLLM's JSON object, of which `disable_additional_properties`
+    (a boolean) and `backend` (auto or guidance) apply here; other keys are refused by name."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    unknown = sorted(set(config) - {"disable_additional_properties", "backend"})
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unsupported key(s) {unknown}; supported: backend, disable_additional_properties"
+        )
+    if not isinstance(config.get("disable_additional_properties", False), bool):
+        raise argparse.ArgumentTypeError("disable_additional_properties must be true or false")
+    if config.get("backend", "auto") not in STRUCTURED_OUTPUT_BACKENDS:
+        raise argparse.ArgumentTypeError(
+            f"backend {config['backend']!r} is not available; "
+            f"choose from {', '.join(STRUCTURED_OUTPUT_BACKENDS)}"
+        )
+    return config
 
 
 def serve_engine_args(args: argparse.Namespace, model: str) -> EngineArgs:

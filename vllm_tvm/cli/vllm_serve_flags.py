@@ -82,7 +82,6 @@ NOT_IMPLEMENTED = (
     "--limit-mm-per-prompt",
     "--mm-processor-kwargs",
     "--guided-decoding-backend",
-    "--structured-outputs-config",
     "--logits-processors",
     "--max-loras",
     "--max-lora-rank",

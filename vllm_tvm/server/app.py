@@ -37,7 +37,7 @@ from vllm_tvm.server.protocol import (
     TokenizeChatRequest,
     TokenizeCompletionRequest,
 )
-from vllm_tvm.server.serving import ServingContext
+from vllm_tvm.server.serving import ServingContext, off_loop
 
 OPEN_PATHS = frozenset({"/health", "/ping"})
 """Routes that answer without the API key (liveness probes)."""
@@ -95,7 +95,11 @@ def build_app(ctx: ServingContext) -> FastAPI:
     install_error_handlers(app)
     registry = metrics_registry(ctx.engine.stats, ctx.model_name, ctx.engine.cache_config)
 
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=ctx.config.max_request_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=ctx.config.max_request_body_bytes,
+        read_timeout=ctx.config.request_read_timeout,
+    )
     if ctx.config.api_key is not None:
         app.add_middleware(APIKeyMiddleware, api_key=ctx.config.api_key)
 
@@ -152,9 +156,8 @@ def build_app(ctx: ServingContext) -> FastAPI:
             raise APIError("metrics are disabled (--disable-metrics)", HTTPStatus.NOT_FOUND)
         return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/tokenize")
-    async def tokenize(body: TokenizeCompletionRequest | TokenizeChatRequest) -> dict[str, Any]:
-        ctx.check_model(body.model)
+    def tokenized(body: TokenizeCompletionRequest | TokenizeChatRequest) -> dict[str, Any]:
+        """The answer of /tokenize (run off the event loop)."""
         if isinstance(body, TokenizeChatRequest):
             text = ctx.render_chat(
                 body.messages,
@@ -176,6 +179,11 @@ def build_app(ctx: ServingContext) -> FastAPI:
             result["token_strs"] = [ctx.tokenizer.id_to_token(i) for i in ids]
         return result
 
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeCompletionRequest | TokenizeChatRequest) -> dict[str, Any]:
+        ctx.check_model(body.model)
+        return await off_loop(tokenized, body)
+
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> dict[str, str]:
         ctx.check_model(body.model)
@@ -185,7 +193,8 @@ def build_app(ctx: ServingContext) -> FastAPI:
                 f"token ids {bad[:8]} are outside the vocabulary [0, {ctx.tokenizer.vocab_size})",
                 param="tokens",
             )
-        return {"prompt": ctx.tokenizer.decode(body.tokens, skip_special_tokens=False)}
+        text = await off_loop(ctx.tokenizer.decode, body.tokens, skip_special_tokens=False)
+        return {"prompt": text}
 
     @app.get("/server_info")
     async def server_info() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from vllm_tvm.server.generation import ChoiceDelta, ChoiceState, Generation, Pro
 from vllm_tvm.server.logprobs import chat_logprobs, prompt_logprobs_json
 from vllm_tvm.server.protocol import ChatCompletionRequest, NamedToolChoice
 from vllm_tvm.server.sampling import sampling_params, structured_outputs
-from vllm_tvm.server.serving import ServingContext
+from vllm_tvm.server.serving import ServingContext, off_loop
 from vllm_tvm.server.sse import DONE, EventStreamResponse, sse, sse_error, sse_generation_failed
 
 ROLE = "assistant"
@@ -68,7 +68,7 @@ class ChatCall:
                 "response_format or structured_outputs",
                 param="tool_choice",
             )
-        self.constraint = forced or constraint
+        self.constraint = ctx.with_server_defaults(forced or constraint)
         self.forced = forced is not None
         self.auto_tools = (
             self.tool_choice == "auto" and bool(request.tools) and ctx.tool_parser.name != "none"
@@ -190,8 +190,8 @@ class ChatCall:
 async def create_chat_completion(
     ctx: ServingContext, request: ChatCompletionRequest, raw_request: Request
 ) -> Response:
-    """Handle POST /v1/chat/completions."""
-    call = ChatCall(ctx, request)
+    """Handle POST /v1/chat/completions (the prompt rendered and tokenized off the loop)."""
+    call = await off_loop(ChatCall, ctx, request)
     generation = await Generation.start(
         ctx.engine,
         ctx.constraints,

@@ -23,7 +23,7 @@ from vllm_tvm.server.generation import ChoiceDelta, ChoiceState, Generation, Pro
 from vllm_tvm.server.logprobs import completion_logprobs, prompt_logprobs_json
 from vllm_tvm.server.protocol import CompletionRequest
 from vllm_tvm.server.sampling import sampling_params, structured_outputs
-from vllm_tvm.server.serving import ServingContext
+from vllm_tvm.server.serving import ServingContext, off_loop
 from vllm_tvm.server.sse import DONE, EventStreamResponse, sse, sse_error, sse_generation_failed
 
 
@@ -162,11 +162,11 @@ class CompletionFormatter:
 async def create_completion(
     ctx: ServingContext, request: CompletionRequest, raw_request: Request
 ) -> Response:
-    """Handle POST /v1/completions."""
+    """Handle POST /v1/completions (text prompts tokenized off the loop)."""
     ctx.check_model(request.model)
     if request.suffix:
         raise APIError("suffix is not supported", param="suffix")
-    prompts = completion_prompts(ctx, request)
+    prompts = await off_loop(completion_prompts, ctx, request)
     wants_echo_logprobs = request.echo and request.logprobs is not None
     score_only = request.echo and request.max_tokens == 0
     params = sampling_params(
@@ -180,7 +180,7 @@ async def create_completion(
             else request.logprobs
         ),
     )
-    constraint = structured_outputs(request)
+    constraint = ctx.with_server_defaults(structured_outputs(request))
     request_id = ctx.new_id("cmpl")
     generation = await Generation.start(
         ctx.engine,

@@ -21,12 +21,19 @@ DEFAULT_MAX_LOGPROBS = 20
 DEFAULT_MAX_REQUEST_BODY_BYTES = 32 * 1024 * 1024
 """The largest request body the server reads (32 MiB); 0 lifts the limit."""
 
+DEFAULT_REQUEST_READ_TIMEOUT = 30.0
+"""Seconds a client has to send a request's header, and again to send its body."""
+
 
 @dataclass
 class ServerConfig:
     """Settings of one server. `engine.model` is a model directory or a .gguf file;
     `chat_template` is template text or a template name the checkpoint ships (None: the
-    checkpoint's); `enable_thinking` None leaves the template's own default."""
+    checkpoint's); `enable_thinking` None leaves the template's own default.
+    `trust_request_chat_template` lets requests bring their own chat template (refused by
+    default, as in vLLM); `disable_additional_properties` (default, as vLLM's default
+    structured-output backend) lets a JSON object carry no property its schema does not
+    list, unless the schema says `additionalProperties`."""
 
     engine: EngineArgs
     served_model_name: list[str] = field(default_factory=list)
@@ -38,12 +45,15 @@ class ServerConfig:
     reasoning_parser: str | None = None
     chat_template: str | None = None
     enable_thinking: bool | None = None
+    trust_request_chat_template: bool = False
+    disable_additional_properties: bool = True
     enable_log_requests: bool = True
     enable_log_outputs: bool = False
     max_log_len: int = 256
     enable_metrics: bool = True
     enable_force_include_usage: bool = False
     max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
+    request_read_timeout: float = DEFAULT_REQUEST_READ_TIMEOUT
     disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
 

@@ -47,6 +47,7 @@ def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
     import uvicorn
 
     from vllm_tvm.server.app import build_app
+    from vllm_tvm.server.connections import uvicorn_options
     from vllm_tvm.server.serving import ServingContext
 
     if not logging.getLogger().handlers:
@@ -62,6 +63,7 @@ def serve(config: ServerConfig, sock: socket.socket | None = None) -> None:
                 log_level=config.uvicorn_log_level,
                 access_log=not config.disable_uvicorn_access_log,
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+                **uvicorn_options(config),
             )
         )
         logger.info(

@@ -3,7 +3,9 @@ its chat template, the parsers, the structured-output hook, the sampling default
 
 Why it exists: handlers stay about their route's shapes when the shared steps (which model
 names are served, turning chat messages into a prompt, tokenizing, logging requests) live in
-one object built from the `ServerConfig` and the engine.
+one object built from the `ServerConfig` and the engine. Rendering and tokenizing take time
+in proportion to the request (up to the body limit), so handlers run them off the event
+loop (`off_loop`), where they cannot hold up other clients.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
+from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
 
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.structured_output import StructuredOutputsParams
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.runtime.tokenization import ChatTemplateError, Tokenizer
 from vllm_tvm.server.config import ServerConfig
@@ -41,6 +45,22 @@ from vllm_tvm.server.tool_parsers import ToolParser, get_tool_parser
 logger = logging.getLogger("vllm_tvm.server")
 
 NO_PARSER = "none"
+
+UNTRUSTED_TEMPLATE = (
+    "Chat template is passed with request, but --trust-request-chat-template is not set. "
+    "Refused request with untrusted chat template."
+)
+"""vLLM's refusal of a request's own chat template when the server does not allow them."""
+
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
+
+
+async def off_loop(
+    function: Callable[_Params, _Result], *args: _Params.args, **kwargs: _Params.kwargs
+) -> _Result:
+    """`function(*args, **kwargs)` run in a worker thread, leaving the event loop free."""
+    return await run_in_threadpool(function, *args, **kwargs)
 
 
 def read_chat_template(value: str | None) -> str | None:
@@ -194,9 +214,13 @@ class ServingContext:
                 "continue_final_message and add_generation_prompt cannot both be true",
                 param="continue_final_message",
             )
+        if chat_template is None:
+            chat_template = template_kwargs.get("chat_template")
+        if chat_template is not None and not self.config.trust_request_chat_template:
+            raise APIError(UNTRUSTED_TEMPLATE, param="chat_template")
         chat = template_messages(messages)
         tool_dicts = [tool.model_dump(exclude_none=True) for tool in tools] if tools else None
-        extra: dict[str, Any] = dict(template_kwargs)
+        extra = {name: value for name, value in template_kwargs.items() if name != "chat_template"}
         if continue_final_message:
             extra["continue_final_message"] = True
         if documents is not None:
@@ -211,6 +235,17 @@ class ServingContext:
             )
         except (ChatTemplateError, ValueError, TypeError) as err:
             raise APIError(f"chat template failed: {err}", param="messages") from err
+
+    def with_server_defaults(
+        self, constraint: StructuredOutputsParams | None
+    ) -> StructuredOutputsParams | None:
+        """`constraint` with the options the request left unset taken from the server's
+        settings (--structured-outputs-config)."""
+        if constraint is None or constraint.disable_additional_properties is not None:
+            return constraint
+        return dataclasses.replace(
+            constraint, disable_additional_properties=self.config.disable_additional_properties
+        )
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         """Token ids of `text`."""

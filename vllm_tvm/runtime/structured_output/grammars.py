@@ -53,7 +53,7 @@ def grammar_text(params: StructuredOutputsParams) -> str:
     kind = params.kind
     if kind in ("json", "json_object"):
         schema = {"type": "object"} if kind == "json_object" else _schema_object(params)
-        if params.disable_additional_properties:
+        if params.closes_objects:
             schema = closed_objects(schema)
         options: dict[str, Any] = {"whitespace_flexible": not params.disable_any_whitespace}
         if params.whitespace_pattern is not None:

@@ -31,7 +31,9 @@ class StructuredOutputsParams:
     forbids whitespace between JSON tokens (by default any amount is allowed, as in vLLM),
     `whitespace_pattern` replaces the whitespace regex, and `disable_additional_properties`
     closes every object schema that lists `properties` but says nothing about
-    `additionalProperties`.
+    `additionalProperties`. Unset (None), that is left to whoever runs the request (the
+    server's --structured-outputs-config); `closes_objects` says what the grammar does, by
+    default close them, as vLLM's default backend (xgrammar) does.
     """
 
     json: str | dict[str, Any] | None = None
@@ -40,7 +42,7 @@ class StructuredOutputsParams:
     grammar: str | None = None
     json_object: bool | None = None
     disable_any_whitespace: bool = False
-    disable_additional_properties: bool = False
+    disable_additional_properties: bool | None = None
     whitespace_pattern: str | None = None
 
     def __post_init__(self) -> None:
@@ -78,6 +80,12 @@ class StructuredOutputsParams:
                     "structured outputs choice must be a non-empty list of strings, "
                     f"got {self.choice!r}."
                 )
+
+    @property
+    def closes_objects(self) -> bool:
+        """Whether object schemas silent about `additionalProperties` get none: yes unless
+        `disable_additional_properties` is False."""
+        return self.disable_additional_properties is not False
 
     @property
     def kind(self) -> ConstraintKind:

@@ -12,6 +12,9 @@ models are trained on that text. The pieces of HF's behaviour that templates dep
   `enable_thinking`);
 - message clean-up: keys whose value is None are dropped, and reasoning given under
   `reasoning_content`, `thinking` or `reasoning` is visible under the first two names.
+Rendering runs under `template_limits`' bounds (time, output size), and any error the
+template's code raises (a division by zero, unbounded recursion, a `range()` past the
+sandbox's cap) is a `ChatTemplateError` naming it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from typing import Any, NoReturn
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from vllm_tvm.runtime.tokenization.template_limits import (
+    BoundedSandbox,
+    bounded_join,
+    render_deadline,
+)
 
 # Names a message's reasoning travels under; templates read the first two.
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -104,7 +112,7 @@ class _TemplateNamespace(jinja2.utils.Namespace):
 @lru_cache(maxsize=32)
 def compile_chat_template(template: str) -> jinja2.Template:
     """The compiled form of `template` (cached: servers render the same one repeatedly)."""
-    env = ImmutableSandboxedEnvironment(
+    env = BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, loopcontrols]
     )
     env.filters["tojson"] = _tojson
@@ -206,8 +214,8 @@ def render_chat_template(
     `tools` are JSON-schema dicts; extra keyword arguments (such as `enable_thinking`) become
     template variables. With `continue_final_message`, the text stops right after the last
     message's content so the model continues it (incompatible with `add_generation_prompt`).
-    Raises `ChatTemplateError` when the template calls `raise_exception`, fails to compile
-    or fails while rendering.
+    Raises `ChatTemplateError` when the template calls `raise_exception`, fails to compile,
+    fails while rendering or passes a render bound.
     """
     if continue_final_message and add_generation_prompt:
         raise ChatTemplateError(
@@ -223,15 +231,20 @@ def render_chat_template(
     variables.update(_plain(kwargs))
     compiled = compile_chat_template(template)
     try:
-        rendered = compiled.render(
-            messages=chat,
-            tools=_plain(tools),
-            documents=_plain(documents),
-            add_generation_prompt=add_generation_prompt,
-            **variables,
-        )
+        with render_deadline():
+            rendered = bounded_join(
+                compiled.generate(
+                    messages=chat,
+                    tools=_plain(tools),
+                    documents=_plain(documents),
+                    add_generation_prompt=add_generation_prompt,
+                    **variables,
+                )
+            )
     except jinja2.exceptions.TemplateError as exc:
         raise ChatTemplateError(str(exc)) from exc
+    except Exception as exc:  # the template's own code failed (1/0, recursion, range cap)
+        raise ChatTemplateError(f"{type(exc).__name__}: {exc}") from exc
     if final_text is not None:
         rendered = _cut_after_final_message(rendered, final_text)
     return rendered
