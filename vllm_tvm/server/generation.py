@@ -24,6 +24,7 @@ from starlette.types import Receive
 
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.engine.outputs import CompletionOutput, RequestOutput
+from vllm_tvm.runtime.sampling.dispatch import SAMPLING_FAULT
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
@@ -78,7 +79,7 @@ class ChoiceDelta:
 
 _DONE = object()
 
-SERVER_FAULTS = ("forward failed", "output processing failed")
+SERVER_FAULTS = ("forward failed", "output processing failed", SAMPLING_FAULT)
 """How the engine's messages for its own failures begin; any other failed request failed
 because of what it asked (its masks left no token to sample, e.g. min_tokens against a
 grammar that can only end)."""
