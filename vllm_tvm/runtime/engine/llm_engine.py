@@ -42,10 +42,10 @@ from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.device_sampling import device_sampling_enabled
 from vllm_tvm.runtime.sampling.dispatch import (
-    SAMPLING_FAULT,
     LogitsHook,
     SamplingDispatch,
     StepSamples,
+    sampling_fault,
 )
 from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
 from vllm_tvm.runtime.sampling.sampler import Sampler, prompt_logprobs
@@ -233,7 +233,7 @@ class LLMEngine:
         except Exception as err:  # beyond what dispatch isolates (a hook, the logits copy)
             logger.exception("sampling failed; failing %d sequences", len(batch.sampling_seqs))
             for seq in batch.sampling_seqs:
-                self._end(seq, FINISH_ERROR, error=f"{SAMPLING_FAULT}: {type(err).__name__}: {err}")
+                self._end(seq, FINISH_ERROR, error=sampling_fault(err))
             return list(batch.sampling_seqs)
         return self._append_samples(batch.sampling_seqs, samples)
 

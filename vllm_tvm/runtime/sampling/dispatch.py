@@ -8,8 +8,9 @@ to the host, shown to the logits hooks (structured output masks rows there) and 
 together. When a batch raises, on either side (a row whose masks leave no token, a value
 the device call cannot take, a fault in the sampler), each of its rows is sampled alone so
 that only the failing ones fail: their requests end with an error, the others carry on. A
-`ValueError` is the request's own doing and keeps its message; anything else is reported
-as "sampling failed: ..." (a server fault).
+host `ValueError` is the request's own doing and keeps its message; anything else (and any
+device failure: the values it takes were checked in params.py) is reported as "sampling
+failed: ..." (a server fault).
 
 A logits hook is called as hook(sequences, logits) before each host sampling, to mask rows in
 place. A hook with a `constrains(seq) -> bool` method keeps the sequences it answers True for
@@ -121,8 +122,8 @@ class SamplingDispatch:
         for index, (row, context) in enumerate(zip(rows, contexts, strict=True)):
             try:
                 token_ids.append(int(sample_rows(logits, [row], [context], self.sampler)[0]))
-            except Exception as err:
-                errors[index] = _failure_message(err)
+            except Exception as err:  # the request's values were checked: never its fault
+                errors[index] = sampling_fault(err)
                 token_ids.append(None)
         return StepSamples(token_ids, no_logprobs, errors)
 
@@ -160,12 +161,15 @@ class SamplingDispatch:
         return StepSamples(token_ids, logprobs, errors)
 
 
-def _failure_message(err: Exception) -> str:
-    """Why a row could not be sampled: a ValueError's own message (the request asked for
-    something that cannot be sampled), else a server fault naming the exception."""
-    if isinstance(err, ValueError):
-        return str(err)
+def sampling_fault(err: Exception) -> str:
+    """The error of a row that could not be sampled through no fault of its request."""
     return f"{SAMPLING_FAULT}: {type(err).__name__}: {err}"
+
+
+def _failure_message(err: Exception) -> str:
+    """Why a host row could not be sampled: a ValueError's own message (the request asked
+    for something that cannot be sampled), else a server fault naming the exception."""
+    return str(err) if isinstance(err, ValueError) else sampling_fault(err)
 
 
 def _hook_may_mask(hooks: list[LogitsHook], seq: EngineSequence) -> bool:
