@@ -159,3 +159,9 @@ def test_admission_flags_set_their_fields_and_default_to_256_and_1024():
         8,
         3,
     )
+
+
+@pytest.mark.parametrize("flag", ["--max-sequences-per-request", "--max-waiting-requests"])
+def test_admission_limits_below_one_are_refused_before_anything_loads(flag):
+    with pytest.raises(ValueError, match=r"must be at least 1, got 0"):
+        parse("--model", "m", flag, "0")

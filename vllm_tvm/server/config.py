@@ -54,6 +54,9 @@ class ServerConfig:
     disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
 
+    def __post_init__(self) -> None:
+        self.admission_limits  # noqa: B018 - refuses limits below 1 now, not at launch
+
     @property
     def model_name(self) -> str:
         """The id responses carry: the first served name, else the model's base name."""
