@@ -207,3 +207,28 @@ def test_unknown_logprobs_mode_lists_the_supported_ones() -> None:
         "unsupported logprobs_mode 'logits'; supported: raw_logprobs, raw_logits, "
         "processed_logprobs, processed_logits"
     )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"top_k": 2**63}, "top_k"),
+        ({"seed": 2**63}, "seed"),
+        ({"seed": -(2**63) - 1}, "seed"),
+        ({"n": 2**64}, "n"),
+        ({"min_tokens": 2**70}, "min_tokens"),
+        ({"max_tokens": 2**63}, "max_tokens"),
+        ({"logprobs": 2**63}, "logprobs"),
+        ({"stop_token_ids": [1, 2**64]}, "stop_token_ids"),
+        ({"allowed_token_ids": [2**63]}, "allowed_token_ids"),
+        ({"logit_bias": {str(2**64): 1.0}}, "logit_bias keys"),
+    ],
+)
+def test_integers_beyond_int64_are_refused_by_name(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{name} must be within the signed 64-bit range"):
+        SamplingParams(**kwargs)
+
+
+def test_the_int64_extremes_themselves_are_accepted() -> None:
+    p = SamplingParams(top_k=2**63 - 1, seed=-(2**63), min_tokens=0)
+    assert (p.top_k, p.seed) == (2**63 - 1, -(2**63))

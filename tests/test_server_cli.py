@@ -1,24 +1,16 @@
-"""`vllm-tvm serve`: its flags and defaults, and a real server process's life cycle.
+"""`vllm-tvm serve`: its flags and defaults.
 
 Specification: flags carry vLLM's names and the reference server's defaults; an unknown
 flag fails at startup and a vLLM flag vllm-tvm does not implement is refused by name; with
-no model the embedded default model is served; SIGTERM lets an in-flight stream finish and
-the process exits cleanly.
+no model the embedded default model is served. (A real server process's shutdown:
+test_server_shutdown.py.)
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
 
-import httpx2 as httpx
 import pytest
-from server_helpers import wait_until
 
 from vllm_tvm.cli.main import build_parser
 from vllm_tvm.cli.serve_cmd import config_from_args
@@ -158,51 +150,15 @@ def test_no_model_serves_the_embedded_default():
     assert config.model_names == [DEFAULT_MODEL_NAME]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_sigterm_finishes_the_stream_in_flight_and_exits(server_farm):
-    port = _free_port()
-    command = [
-        sys.executable, "-m", "vllm_tvm.cli.main", "serve", str(server_farm.model_dir),
-        "--host", "127.0.0.1", "--port", str(port), "--num-blocks", "16",
-        "--disable-log-requests",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ)
+def test_admission_flags_set_their_fields_and_default_to_256_and_1024():
+    config = parse("--model", "m")
+    assert (config.max_sequences_per_request, config.max_waiting_requests) == (256, 1024)
+    config = parse("--model", "m", "--max-sequences-per-request", "8")
+    limits = parse("--model", "m", "--max-waiting-requests", "3").admission_limits
+    assert (config.admission_limits.max_sequences_per_request, limits.max_waiting_requests) == (
+        8,
+        3,
     )
-    try:
-        url = f"http://127.0.0.1:{port}"
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(url + "/health").status_code == 200
-            except httpx.TransportError:
-                return process.poll() is not None
-
-        assert wait_until(healthy, timeout=120) and process.poll() is None
-        events: list[str] = []
-        body = {"prompt": "Hello", "max_tokens": 200, "ignore_eos": True, "stream": True}
-
-        def stream() -> None:
-            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as reply:
-                events.extend(line for line in reply.iter_lines() if line)
-
-        reader = threading.Thread(target=stream)
-        reader.start()
-        assert wait_until(lambda: len(events) > 0)
-        process.send_signal(signal.SIGTERM)
-        reader.join(timeout=60)
-        assert process.wait(timeout=60) == 0
-        assert events[-1] == "data: [DONE]"
-        assert '"finish_reason": "length"' in events[-2]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_request_template_timeout_and_structured_output_flags_set_their_fields():
@@ -230,3 +186,9 @@ def test_structured_outputs_config_refuses_what_does_not_apply(capsys, value, na
     with pytest.raises(SystemExit):
         parse("--model", "m", "--structured-outputs-config", value)
     assert named in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--max-sequences-per-request", "--max-waiting-requests"])
+def test_admission_limits_below_one_are_refused_before_anything_loads(flag):
+    with pytest.raises(ValueError, match=r"must be at least 1, got 0"):
+        parse("--model", "m", flag, "0")

@@ -18,6 +18,10 @@ from dataclasses import replace
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 from vllm_tvm.cli.vllm_serve_flags import add_vllm_serve_flags
+from vllm_tvm.runtime.engine.admission import (
+    DEFAULT_MAX_SEQUENCES_PER_REQUEST,
+    DEFAULT_MAX_WAITING_REQUESTS,
+)
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
 from vllm_tvm.server.config import (
     DEFAULT_MAX_LOGPROBS,
@@ -137,6 +141,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="close a connection whose request header, or body, takes longer than this to "
         f"arrive (default {DEFAULT_REQUEST_READ_TIMEOUT:g})",
     )
+    parser.add_argument(
+        "--max-sequences-per-request",
+        type=int,
+        default=DEFAULT_MAX_SEQUENCES_PER_REQUEST,
+        help="answer 400 to a request whose prompts x n exceed this "
+        f"(default {DEFAULT_MAX_SEQUENCES_PER_REQUEST})",
+    )
+    parser.add_argument(
+        "--max-waiting-requests",
+        type=int,
+        default=DEFAULT_MAX_WAITING_REQUESTS,
+        help="answer 429 to a request while this many wait for their first token "
+        f"(default {DEFAULT_MAX_WAITING_REQUESTS})",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     add_vllm_serve_flags(parser)
     parser.set_defaults(run=run)
@@ -175,6 +193,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         enable_force_include_usage=args.enable_force_include_usage,
         max_request_body_bytes=args.max_request_body_bytes,
         request_read_timeout=args.request_read_timeout,
+        max_sequences_per_request=args.max_sequences_per_request,
+        max_waiting_requests=args.max_waiting_requests,
         disable_uvicorn_access_log=args.disable_uvicorn_access_log,
         uvicorn_log_level="debug" if args.verbose else args.uvicorn_log_level,
     )

@@ -5,7 +5,7 @@ defaults) and the server's own settings.
 Why it exists: the command line, the tests (which start servers in-process) and the
 `/server_info` route all need the same settings with the same defaults, the reference
 server's: port 8000 on 0.0.0.0, the hermes tool-call parser, no reasoning parser, request
-logging and metrics on.
+logging and metrics on; and the bounds on what one client may ask (admission.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.runtime.engine.admission import (
+    DEFAULT_MAX_SEQUENCES_PER_REQUEST,
+    DEFAULT_MAX_WAITING_REQUESTS,
+    AdmissionLimits,
+)
 from vllm_tvm.runtime.engine.args import EngineArgs
 
 DEFAULT_MAX_LOGPROBS = 20
@@ -54,8 +59,13 @@ class ServerConfig:
     enable_force_include_usage: bool = False
     max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
     request_read_timeout: float = DEFAULT_REQUEST_READ_TIMEOUT
+    max_sequences_per_request: int = DEFAULT_MAX_SEQUENCES_PER_REQUEST
+    max_waiting_requests: int = DEFAULT_MAX_WAITING_REQUESTS
     disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        self.admission_limits  # noqa: B018 - refuses limits below 1 now, not at launch
 
     @property
     def model_name(self) -> str:
@@ -69,6 +79,11 @@ class ServerConfig:
     def model_names(self) -> list[str]:
         """Every name a request may use for this model."""
         return list(self.served_model_name) or [self.model_name]
+
+    @property
+    def admission_limits(self) -> AdmissionLimits:
+        """What the engine takes in: sequences per request, requests waiting."""
+        return AdmissionLimits(self.max_sequences_per_request, self.max_waiting_requests)
 
     def public_dict(self) -> dict[str, Any]:
         """The settings for /server_info, with the API key hidden."""

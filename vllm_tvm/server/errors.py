@@ -28,6 +28,7 @@ ERROR_TYPES = {
     HTTPStatus.NOT_FOUND: "NotFoundError",
     HTTPStatus.METHOD_NOT_ALLOWED: "MethodNotAllowedError",
     HTTPStatus.REQUEST_ENTITY_TOO_LARGE: "RequestTooLargeError",
+    HTTPStatus.TOO_MANY_REQUESTS: "RateLimitError",
     HTTPStatus.INTERNAL_SERVER_ERROR: "InternalServerError",
     HTTPStatus.SERVICE_UNAVAILABLE: "ServiceUnavailableError",
 }

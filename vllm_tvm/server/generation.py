@@ -4,12 +4,13 @@ merged into one stream and accumulated into per-choice state.
 Why it exists: a completion call may carry several prompts, each an engine request with `n`
 sequences, and both routes need the same life cycle around them: refuse the whole call
 before anything runs when one prompt or constraint is bad (400, never a half-started
-batch), register structured-output constraints under the engine request ids, stream the
-outputs of all requests as they come, and, when the client goes away or the call ends
-early for any reason, abort what still runs (freeing its KV blocks) and drop the
-constraints. A call that only scores its prompts (completions' `echo` with `max_tokens` 0)
-runs each for one token, as vLLM does, and keeps nothing of it: its choices end with
-reason `length`, no text and no tokens.
+batch) or the engine does not admit it (runtime/engine/admission.py: 400, 429 or 503),
+register structured-output constraints under the engine request ids, stream the outputs of
+all requests as they come, and, when the client goes away or the call ends early for any
+reason, abort what still runs (freeing its KV blocks) and drop the constraints. A call
+that only scores its prompts (completions' `echo` with `max_tokens` 0) runs each for one
+token, as vLLM does, and keeps nothing of it: its choices end with reason `length`, no
+text and no tokens.
 """
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ from http import HTTPStatus
 
 from starlette.types import Receive
 
+from vllm_tvm.runtime.engine.admission import (
+    EngineBusyError,
+    EngineStoppingError,
+    TooManySequencesError,
+)
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.engine.outputs import CompletionOutput, RequestOutput
+from vllm_tvm.runtime.sampling.dispatch import SAMPLING_FAULT
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
@@ -78,7 +85,7 @@ class ChoiceDelta:
 
 _DONE = object()
 
-SERVER_FAULTS = ("forward failed", "output processing failed")
+SERVER_FAULTS = ("forward failed", "output processing failed", SAMPLING_FAULT)
 """How the engine's messages for its own failures begin; any other failed request failed
 because of what it asked (its masks left no token to sample, e.g. min_tokens against a
 grammar that can only end)."""
@@ -143,11 +150,13 @@ class Generation:
             if len(prompts) == 1
             else [f"{request_id}-{i}" for i in range(len(prompts))]
         )
+        _reserve(engine, ids, params.n)
         try:
             params.verify_for_vocab(engine.vocab_size, max_logprobs)
             for prompt, rid in zip(prompts, ids, strict=True):
                 engine.check_request(prompt.token_ids, params, rid, priority)
         except (ValueError, TypeError) as err:
+            engine.release(ids)
             raise APIError(str(err)) from err
         generation = cls(engine, constraints, ids, prompts, params, priority, score_only)
         if structured is not None:
@@ -160,9 +169,11 @@ class Generation:
         return generation
 
     def release(self) -> None:
-        """Drop the structured-output constraints of this call's requests."""
+        """Drop the structured-output constraints and admission slots of this call's
+        requests."""
         for rid in self.request_ids:
             self._constraints.release(rid)
+        self._engine.release(self.request_ids)
 
     async def deltas(self) -> AsyncIterator[ChoiceDelta]:
         """Each choice's progress as the engine reports it, all prompts merged."""
@@ -248,6 +259,19 @@ class Generation:
                 )
             )
         return deltas
+
+
+def _reserve(engine: AsyncEngine, request_ids: list[str], n: int) -> None:
+    """Admit the call's requests, or raise the APIError of the refusal: 400 for too many
+    sequences, 429 when too many requests wait, 503 when the server is shutting down."""
+    try:
+        engine.reserve(request_ids, n)
+    except TooManySequencesError as err:
+        raise APIError(str(err), param="n") from err
+    except EngineBusyError as err:
+        raise APIError(str(err), HTTPStatus.TOO_MANY_REQUESTS) from err
+    except EngineStoppingError as err:
+        raise APIError(str(err), HTTPStatus.SERVICE_UNAVAILABLE) from err
 
 
 def _nothing_kept(completion: CompletionOutput) -> CompletionOutput:

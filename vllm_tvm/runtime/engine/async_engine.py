@@ -7,6 +7,10 @@ validate a request in their own thread (so a bad one raises at once, in the call
 post commands (add, abort, reset) that the loop runs between steps. Outputs travel back to
 each request's asyncio.Queue through `loop.call_soon_threadsafe`. A stream whose consumer
 goes away (task cancelled, client disconnected) aborts its request, freeing its blocks.
+
+What is taken in is bounded (admission.py): callers `reserve` a call's requests first.
+`stop_admitting` (the server's SIGTERM) refuses new calls and aborts every request in
+flight, so each stream ends at once with a finish_reason "abort" output.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from vllm_tvm.runtime.engine.admission import Admission, AdmissionLimits
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, LogitsHook, PromptInput
 from vllm_tvm.runtime.engine.metrics import EngineStats
 from vllm_tvm.runtime.engine.outputs import RequestOutput
@@ -51,8 +56,9 @@ class _Stream:
 class AsyncEngine:
     """Runs an `LLMEngine` in a background thread for asyncio callers."""
 
-    def __init__(self, engine: LLMEngine) -> None:
+    def __init__(self, engine: LLMEngine, limits: AdmissionLimits | None = None) -> None:
         self.engine = engine
+        self.admission = Admission(limits or AdmissionLimits())
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wakeup = threading.Event()
         self._streams: dict[str, _Stream] = {}
@@ -99,6 +105,22 @@ class AsyncEngine:
 
     # ---- caller side ----
 
+    def reserve(self, request_ids: list[str], num_sequences_each: int) -> None:
+        """Admit one call's requests before generating them, or raise the
+        `AdmissionRefused` that says why not; see admission.py. `generate` releases each."""
+        self.admission.reserve(request_ids, num_sequences_each)
+
+    def release(self, request_ids: list[str]) -> None:
+        """Give back the reservations of requests that will not be generated after all."""
+        for request_id in request_ids:
+            self.admission.release(request_id)
+
+    def stop_admitting(self) -> None:
+        """Refuse every new call and abort every request in flight: each stream ends with
+        a finish_reason "abort" output (safe from a signal handler on the event loop)."""
+        self.admission.stop()
+        self._post(self.engine.abort_all)
+
     async def generate(
         self,
         prompt: PromptInput,
@@ -124,11 +146,13 @@ class AsyncEngine:
         try:
             while not finished:
                 item = await stream.queue.get()
+                self.admission.release(request_id)
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
                 yield item
         finally:
+            self.admission.release(request_id)
             self._streams.pop(request_id, None)
             if not finished:
                 self._post(lambda: self.engine.abort_request(request_id))
@@ -182,6 +206,9 @@ class AsyncEngine:
             self.engine.add(request)
         except ValueError as err:
             stream.put(err)
+            return
+        if self.admission.stopping:  # posted before the stop, added after its abort-all
+            self.engine.abort_request(request.request_id)
 
     def _run(self) -> None:
         while not self._stopped:

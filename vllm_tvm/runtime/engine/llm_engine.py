@@ -12,8 +12,8 @@ An engine built without a tokenizer (`EngineArgs.skip_tokenizer_init`, for bench
 takes token-id prompts only and produces no text, as vLLM does; text prompts and stop
 strings, which cannot work without one, are refused when added.
 
-A request that fails (its sampling masks the whole vocabulary, its forward raises) finishes
-with reason "error" and frees its blocks; the other requests carry on.
+A request that fails (its sampling masks the whole vocabulary, its forward or its sampling
+raises) finishes with reason "error" and frees its blocks; the other requests carry on.
 """
 
 from __future__ import annotations
@@ -41,7 +41,12 @@ from vllm_tvm.runtime.model.batch import ForwardBatch, prepare_batch, run_forwar
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.device_sampling import device_sampling_enabled
-from vllm_tvm.runtime.sampling.dispatch import LogitsHook, SamplingDispatch, StepSamples
+from vllm_tvm.runtime.sampling.dispatch import (
+    LogitsHook,
+    SamplingDispatch,
+    StepSamples,
+    sampling_fault,
+)
 from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
 from vllm_tvm.runtime.sampling.sampler import Sampler, prompt_logprobs
 from vllm_tvm.runtime.tokenization import Tokenizer
@@ -171,6 +176,13 @@ class LLMEngine:
             self._pending.append(output)
         return True
 
+    def abort_all(self) -> int:
+        """Abort every live request (see `abort_request`); how many there were."""
+        request_ids = list(self._requests)
+        for request_id in request_ids:
+            self.abort_request(request_id)
+        return len(request_ids)
+
     def reset_prefix_cache(self) -> bool:
         """Drop every cached block (blocks in use stay, but are no longer shared)."""
         self.block_manager.reset_prefix_cache()
@@ -216,7 +228,13 @@ class LLMEngine:
             self.block_manager.cache_full_blocks(item.seq)
         if not batch.sampling_seqs:
             return []
-        samples = self.sampling.sample(logits, batch.sampling_seqs, batch.sampling_rows)
+        try:
+            samples = self.sampling.sample(logits, batch.sampling_seqs, batch.sampling_rows)
+        except Exception as err:  # beyond what dispatch isolates (a hook, the logits copy)
+            logger.exception("sampling failed; failing %d sequences", len(batch.sampling_seqs))
+            for seq in batch.sampling_seqs:
+                self._end(seq, FINISH_ERROR, error=sampling_fault(err))
+            return list(batch.sampling_seqs)
         return self._append_samples(batch.sampling_seqs, samples)
 
     def _record_prompt_logprobs(self, batch: ForwardBatch, logits: DeviceLogits) -> None:

@@ -5,8 +5,12 @@ Why it exists: after a forward every sequence that finished computing its tokens
 next token. Rows that need nothing only the host sampler does are reduced on the device in
 one call (device_sampling.py says which, and how draws stay seeded); the others are copied
 to the host, shown to the logits hooks (structured output masks rows there) and sampled
-together. When the host batch raises (a row whose masks leave no token), each host row is
-sampled alone so that only the failing ones fail.
+together. When a batch raises, on either side (a row whose masks leave no token, a value
+the device call cannot take, a fault in the sampler), each of its rows is sampled alone so
+that only the failing ones fail: their requests end with an error, the others carry on. A
+host `ValueError` is the request's own doing and keeps its message; anything else (and any
+device failure: the values it takes were checked in params.py) is reported as "sampling
+failed: ..." (a server fault).
 
 A logits hook is called as hook(sequences, logits) before each host sampling, to mask rows in
 place. A hook with a `constrains(seq) -> bool` method keeps the sequences it answers True for
@@ -15,6 +19,7 @@ on the host; any other hook keeps every row on the host.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,6 +32,11 @@ from vllm_tvm.runtime.sampling.sampler import Sampler, SamplingContext, TokenLog
 
 if TYPE_CHECKING:
     from vllm_tvm.runtime.engine.sequence import EngineSequence
+
+logger = logging.getLogger(__name__)
+
+SAMPLING_FAULT = "sampling failed"
+"""How the error of a row that failed for a reason other than its own parameters begins."""
 
 LogitsHook = Callable[[list["EngineSequence"], np.ndarray], None]
 """hook(sequences, logits): masks the host rows of `sequences` in place."""
@@ -57,22 +67,23 @@ class SamplingDispatch:
         """The next token of `seqs[i]` from row `rows[i]` of `logits`."""
         device, host = self._split(seqs, logits.can_sample)
         if not host:  # the common step: every row on the device, in one call
-            return StepSamples(self._sample_on_device(logits, seqs, rows), [None] * len(seqs), {})
+            return self._sample_on_device(logits, seqs, rows)
         token_ids: list[int | None] = [None] * len(seqs)
         logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
+        errors: dict[int, str] = {}
+        parts: list[tuple[list[int], StepSamples]] = []
         if device:  # first, as the shared generator's draws have always been ordered
-            device_tokens = self._sample_on_device(
+            on_device = self._sample_on_device(
                 logits, [seqs[i] for i in device], [rows[i] for i in device]
             )
-            for index, token in zip(device, device_tokens, strict=True):
-                token_ids[index] = token
-        on_host = self._sample_on_host(
-            logits.numpy()[[rows[i] for i in host]], [seqs[i] for i in host]
-        )
-        for position, index in enumerate(host):
-            token_ids[index] = on_host.token_ids[position]
-            logprobs[index] = on_host.logprobs[position]
-        errors = {host[position]: error for position, error in on_host.errors.items()}
+            parts.append((device, on_device))
+        host_rows = logits.numpy()[[rows[i] for i in host]]
+        parts.append((host, self._sample_on_host(host_rows, [seqs[i] for i in host])))
+        for indices, part in parts:
+            for position, index in enumerate(indices):
+                token_ids[index] = part.token_ids[position]
+                logprobs[index] = part.logprobs[position]
+            errors.update({indices[position]: error for position, error in part.errors.items()})
         return StepSamples(token_ids, logprobs, errors)
 
     def _split(
@@ -95,10 +106,26 @@ class SamplingDispatch:
 
     def _sample_on_device(
         self, logits: DeviceLogits, seqs: Sequence[EngineSequence], rows: Sequence[int]
-    ) -> list[int | None]:
-        """The tokens of `rows` drawn on the device, one call for all of them."""
+    ) -> StepSamples:
+        """The tokens of `rows` drawn on the device, one call for all of them (one call per
+        row when that call raises, so that only the failing rows fail)."""
         contexts = [seq.sampling for seq in seqs]
-        return sample_rows(logits, rows, contexts, self.sampler).tolist()
+        no_logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
+        try:
+            tokens = sample_rows(logits, rows, contexts, self.sampler).tolist()
+        except Exception:
+            logger.exception("device sampling of %d rows failed; sampling each alone", len(rows))
+        else:
+            return StepSamples(tokens, no_logprobs, {})
+        token_ids: list[int | None] = []
+        errors: dict[int, str] = {}
+        for index, (row, context) in enumerate(zip(rows, contexts, strict=True)):
+            try:
+                token_ids.append(int(sample_rows(logits, [row], [context], self.sampler)[0]))
+            except Exception as err:  # the request's values were checked: never its fault
+                errors[index] = sampling_fault(err)
+                token_ids.append(None)
+        return StepSamples(token_ids, no_logprobs, errors)
 
     def _sample_on_host(self, values: np.ndarray, seqs: list[EngineSequence]) -> StepSamples:
         """The tokens of the host rows `values` (row i: `seqs[i]`), after the logits hooks;
@@ -108,7 +135,9 @@ class SamplingDispatch:
         contexts = [seq.sampling for seq in seqs]
         try:
             result = self.sampler.sample(values, contexts)
-        except ValueError:  # some row cannot be sampled: each row alone
+        except Exception as err:  # some row cannot be sampled: each row alone
+            if not isinstance(err, ValueError):
+                logger.exception("host sampling of %d rows failed; sampling each alone", len(seqs))
             return self._sample_rows_alone(values, contexts)
         return StepSamples(result.token_ids.tolist(), result.logprobs, {})
 
@@ -122,14 +151,25 @@ class SamplingDispatch:
         for index, context in enumerate(contexts):
             try:
                 alone = self.sampler.sample(values[index : index + 1], [context])
-            except ValueError as err:
-                errors[index] = str(err)
+            except Exception as err:
+                errors[index] = _failure_message(err)
                 token_ids.append(None)
                 logprobs.append(None)
             else:
                 token_ids.append(int(alone.token_ids[0]))
                 logprobs.append(alone.logprobs[0])
         return StepSamples(token_ids, logprobs, errors)
+
+
+def sampling_fault(err: Exception) -> str:
+    """The error of a row that could not be sampled through no fault of its request."""
+    return f"{SAMPLING_FAULT}: {type(err).__name__}: {err}"
+
+
+def _failure_message(err: Exception) -> str:
+    """Why a host row could not be sampled: a ValueError's own message (the request asked
+    for something that cannot be sampled), else a server fault naming the exception."""
+    return str(err) if isinstance(err, ValueError) else sampling_fault(err)
 
 
 def _hook_may_mask(hooks: list[LogitsHook], seq: EngineSequence) -> bool:

@@ -28,6 +28,10 @@ SAMPLING_EPS = 1e-5
 SHOWN_TOKEN_IDS = 8
 """How many offending token ids an error message lists (the rest are counted)."""
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The range of every integer parameter: they are packed into int64 arrays (the device
+sampler's top_k, the host sampler's token ids), and vLLM bounds `seed` to it."""
+
 
 def check_requested_max_tokens(max_tokens: int | None) -> None:
     """vLLM's refusal of a requested `max_tokens` below 1 (None: unset, accepted)."""
@@ -61,7 +65,16 @@ def _number(name: str, value: object) -> float:
 def _integer(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}.")
+    _check_int64(name, value)
     return value
+
+
+def _check_int64(name: str, value: int) -> None:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(
+            f"{name} must be within the signed 64-bit range [{INT64_MIN}, {INT64_MAX}], "
+            f"got {value}."
+        )
 
 
 def _token_ids(name: str, values: object) -> list[int]:
@@ -71,6 +84,8 @@ def _token_ids(name: str, values: object) -> list[int]:
     bad = [v for v in ids if isinstance(v, bool) or not isinstance(v, int) or v < 0]
     if bad:
         raise ValueError(f"{name} must contain only non-negative integers, got {bad}.")
+    for token in ids:
+        _check_int64(name, token)
     return ids
 
 
@@ -283,6 +298,7 @@ def _logit_bias(bias: object) -> dict[int, float]:
             raise ValueError(f"logit_bias keys must be integer token ids, got {key!r}.")
         if token < 0:
             raise ValueError(f"logit_bias keys must be non-negative token ids, got {token}.")
+        _check_int64("logit_bias keys", token)
         number = _number(f"logit_bias[{token}]", value)
         if not math.isfinite(number):
             raise ValueError(f"logit_bias[{token}] must be a finite number, got {number}.")
