@@ -29,9 +29,10 @@ def resolve_engine_model(engine: EngineArgs) -> EngineArgs:
 
 
 def check_port(host: str, port: int) -> None:
-    """Refuse a port outside 1..65535, or one that `host` cannot bind now (in use)."""
-    if not 1 <= port <= 65535:
-        raise ValueError(f"--port must be between 1 and 65535, got {port}")
+    """Refuse a port outside 0..65535 (0: any free port), or one that `host` cannot bind now
+    (in use)."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port must be between 0 and 65535, got {port}")
     with socket.socket(_address_family(host), socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
