@@ -61,8 +61,9 @@ class LLM:
     it."""
 
     def __init__(self, model: str | Path, **options: Any) -> None:
+        args = EngineArgs.from_options(model, **options)
         self.model_path = resolve_model(model)
-        args = EngineArgs.from_options(self.model_path, **options)
+        args = replace(args, model=self.model_path)
         self.engine = LLMEngine.from_args(replace(args, artifact=artifact_for(args)))
         self.tokenizer = self.engine.tokenizer
         self.runner = self.engine.runner
