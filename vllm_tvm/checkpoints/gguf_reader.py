@@ -11,9 +11,11 @@ import os
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType
 
-GGUFSource = str | os.PathLike[str] | GGUFReader
+from vllm_tvm.checkpoints.gguf_file import FLOAT32, GGUFFile
+from vllm_tvm.checkpoints.gguf_file import open_gguf as open_gguf_path
+
+GGUFSource = str | os.PathLike[str] | GGUFFile
 
 
 class _Missing:
@@ -23,27 +25,22 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-def open_gguf(source: GGUFSource) -> GGUFReader:
-    """Return a ``GGUFReader`` for ``source`` (a path), or ``source`` itself if it is one.
-
-    Opening parses every metadata field (tokenizer vocabularies included), which takes
-    seconds for real models, so callers that need both the config and the weights should
-    open once and pass the reader to both.
-    """
-    if isinstance(source, GGUFReader):
+def open_gguf(source: GGUFSource) -> GGUFFile:
+    """The parsed header of ``source`` (a path; parsed once per process), or ``source``
+    itself when it is already one."""
+    if isinstance(source, GGUFFile):
         return source
-    return GGUFReader(source, "r")
+    return open_gguf_path(source)
 
 
-def metadata_field(reader: GGUFReader, name: str, default: Any = MISSING) -> Any:
+def metadata_field(reader: GGUFFile, name: str, default: Any = MISSING) -> Any:
     """The decoded value of metadata key ``name`` (``default`` when absent, if given)."""
-    field = reader.get_field(name)
-    if field is None:
+    if name not in reader.metadata:
         if isinstance(default, _Missing):
             raise ValueError(f"GGUF file lacks the metadata key {name!r}")
         return default
-    value = field.contents()
-    if field.types and field.types[0] == GGUFValueType.FLOAT32:
+    value = reader.metadata[name]
+    if reader.value_types[name] == FLOAT32:
         return float32_decimal(value)
     return value
 

@@ -11,8 +11,8 @@ import math
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader
 
+from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import float32_decimal, metadata_field
 from vllm_tvm.checkpoints.gguf_tensor_names import ROPE_FREQS_TENSOR
 
@@ -20,7 +20,7 @@ _ROPE_SCALING_TYPES = ("none", "linear", "yarn")
 
 
 def rope_scaling_config(
-    reader: GGUFReader, arch: str, head_dim: int, rope_theta: float
+    reader: GGUFFile, arch: str, head_dim: int, rope_theta: float
 ) -> dict[str, Any] | None:
     """HF ``rope_scaling`` from ``{arch}.rope.scaling.*`` keys or a ``rope_freqs`` tensor."""
     prefix = f"{arch}.rope.scaling."

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 
-from gguf import GGUFReader
-
+from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import metadata_field
 
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -61,7 +60,7 @@ _ARCH_BLOCK_TENSORS: dict[str, dict[str, str]] = {
 _BLOCK_NAME = re.compile(r"blk\.(\d+)\.(.+)")
 
 
-def architecture_of(reader: GGUFReader) -> str:
+def architecture_of(reader: GGUFFile) -> str:
     """The file's ``general.architecture``, refused unless it is one we support."""
     arch = metadata_field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:

@@ -5,7 +5,7 @@ holds them (``model.layers.N.self_attn.q_proj.weight``, ``[out, in]``). A GGUF f
 them under llama.cpp names, in ggml's reversed shape order, block-quantized, and, for the
 ``llama`` architecture, with the rows of Q and K reordered by llama.cpp's converter for its
 interleaved rotary embedding. This class hides all of that: it maps names, dequantizes one
-tensor at a time on demand with the ``gguf`` package (straight from the reader's memory map,
+tensor at a time on demand with the ``gguf`` package (straight from the file's memory map,
 never copying the file) and puts Q/K rows back in HF order. ``raw`` exposes the still
 quantized blocks (rows in HF order too) for kernels that dequantize on the fly.
 """
@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from gguf import GGMLQuantizationType, ReaderTensor
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_file import GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
     ROPE_FREQS_TENSOR,
@@ -51,11 +52,11 @@ class GGUFWeights:
     """
 
     def __init__(self, source: GGUFSource) -> None:
-        """Open ``source`` (a path or an already opened ``GGUFReader``)."""
+        """Open ``source`` (a path or an already opened ``GGUFFile``)."""
         reader = open_gguf(source)
         self.config: dict[str, Any] = hf_config_from_gguf(reader)
         arch = architecture_of(reader)
-        self._tensors: dict[str, ReaderTensor] = {
+        self._tensors: dict[str, GGUFTensor] = {
             hf_tensor_name(t.name, arch): t for t in reader.tensors if t.name != ROPE_FREQS_TENSOR
         }
         self._heads: dict[str, int] = {}
@@ -101,7 +102,7 @@ class GGUFWeights:
             data = data[order]
         return RawTensor(data, GGMLQuantizationType(tensor.tensor_type), shape)
 
-    def _tensor(self, name: str) -> ReaderTensor:
+    def _tensor(self, name: str) -> GGUFTensor:
         """The reader's tensor for HF name ``name``; ``KeyError`` listing what exists."""
         try:
             return self._tensors[name]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +49,7 @@ def read_gguf_tensor_types(model_path: str | Path) -> dict[str, str]:
 
 
 def _gguf_header(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """(HF config, tensor types) of a GGUF file, parsed once per file version."""
-    stat = path.stat()
-    return _parse_gguf_header(path.resolve(), stat.st_mtime_ns, stat.st_size)
-
-
-@lru_cache(maxsize=4)
-def _parse_gguf_header(
-    path: Path, mtime_ns: int, size: int
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """GGUF metadata parsing takes seconds: do it once per file version per process."""
+    """(HF config, tensor types) of a GGUF file, from its header parsed once per process."""
     from vllm_tvm.checkpoints.gguf_config import gguf_tensor_types, hf_config_from_gguf
     from vllm_tvm.checkpoints.gguf_reader import open_gguf
 

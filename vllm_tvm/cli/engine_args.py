@@ -40,8 +40,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help=f"HF model directory or .gguf file (default: the embedded {DEFAULT_MODEL_NAME}, "
-        "Q4_1 GGUF); with --load-format dummy a directory with config.json only",
+        help="HF model directory, .gguf file, or Hugging Face id (org/name) already in the "
+        f"local Hugging Face cache (default: the embedded {DEFAULT_MODEL_NAME}, Q4_1 GGUF); "
+        "with --load-format dummy a directory with config.json only",
     )
     parser.add_argument(
         "--artifact", default=None, help="prebuilt artifact directory (default: compile)"
@@ -106,7 +107,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> EngineArgs:
     """The engine options the command line gave; `defaults` fill the options it left unset
-    (a command's own defaults), the rest keep EngineArgs'. No model: the embedded one."""
+    (a command's own defaults), the rest keep EngineArgs'. No model: the embedded one (a
+    command resolves a Hugging Face id with `preflight.resolve_engine_model`)."""
     given = {
         name: getattr(namespace, name)
         for name in ("model", *option_names())

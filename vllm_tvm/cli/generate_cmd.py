@@ -8,6 +8,14 @@ import sys
 from dataclasses import asdict
 
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
+from vllm_tvm.cli.preflight import (
+    check_device,
+    read_prompt,
+    resolve_engine_model,
+    skip_torch_import,
+)
+from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
+from vllm_tvm.runtime.weights.load_format import DUMMY
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="complete one prompt",
         description="Load (compiling on first use) a model and complete one prompt.",
     )
-    parser.add_argument("--prompt", required=True, help="prompt text")
+    parser.add_argument("--prompt", default=None, help="prompt text; - reads standard input")
+    parser.add_argument(
+        "--prompt-file", default=None, help="read the prompt from this file (UTF-8)"
+    )
     parser.add_argument(
         "--max-tokens",
         type=int,
@@ -60,12 +71,15 @@ def _timings(metrics) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    text = read_prompt(args.prompt, args.prompt_file)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
-    from vllm_tvm.entrypoints.llm import LLM
-    from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
-
     check_requested_max_tokens(args.max_tokens)
+    check_device(args.device)
+    engine_args = resolve_engine_model(engine_args_from_cli(args, show_progress=not args.json))
+    skip_torch_import(needs_torch=engine_args.load_format == DUMMY)
+    from vllm_tvm.entrypoints.llm import LLM
+
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -73,11 +87,10 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
     )
-    llm = LLM(**asdict(engine_args_from_cli(args, show_progress=not args.json)))
-    prompt: str | list[int] = args.prompt
+    llm = LLM(**asdict(engine_args))
+    prompt: str | list[int] = text
     if args.chat:
-        rendered = llm.tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
-        prompt = llm.tokenizer.encode(rendered, add_special_tokens=False)
+        prompt = llm.chat_prompt_ids([{"role": "user", "content": text}])
     if args.stream and not args.json:
         for delta in llm.stream(prompt, params):
             sys.stdout.write(delta.outputs[0].text)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from vllm_tvm import __version__
 from vllm_tvm.cli import (
     bench_cmd,
     bundle_cmd,
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vllm-tvm",
         description="LLM inference with models compiled ahead of time by Apache TVM.",
     )
+    parser.add_argument("--version", action="version", version=__version__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         module.add_parser(subparsers)

@@ -14,15 +14,24 @@ import json
 import logging
 import os
 from dataclasses import replace
+from pathlib import Path
 
+from vllm_tvm.checkpoints.model_reference import is_hf_model_id
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
+from vllm_tvm.cli.preflight import (
+    check_device,
+    check_port,
+    resolve_engine_model,
+    skip_torch_import,
+)
 from vllm_tvm.cli.vllm_serve_flags import add_vllm_serve_flags
 from vllm_tvm.runtime.engine.admission import (
     DEFAULT_MAX_SEQUENCES_PER_REQUEST,
     DEFAULT_MAX_WAITING_REQUESTS,
 )
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
+from vllm_tvm.runtime.weights.load_format import DUMMY
 from vllm_tvm.server.config import (
     DEFAULT_MAX_LOGPROBS,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
@@ -49,7 +58,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Serve a model (compiled on first use) over the OpenAI API.",
     )
     parser.add_argument(
-        "model_tag", nargs="?", default=None, metavar="MODEL", help="same as --model"
+        "model_tag",
+        nargs="?",
+        default=None,
+        metavar="MODEL",
+        help="same as --model (a path, or a Hugging Face id in the local cache)",
     )
     parser.add_argument("--host", default="0.0.0.0", help="bind host (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=8000, help="bind port (default 8000)")
@@ -234,11 +247,26 @@ def serve_engine_args(args: argparse.Namespace, model: str) -> EngineArgs:
     return engine
 
 
+def checked_config(args: argparse.Namespace) -> ServerConfig:
+    """`config_from_args` with its cheap inputs checked (port free, device present) and the
+    model resolved to a local checkpoint; a Hugging Face id is also the default served name."""
+    config = config_from_args(args)
+    check_port(config.host, config.port)
+    check_device(config.engine.device)
+    model = config.engine.model
+    engine = resolve_engine_model(config.engine)
+    served = config.served_model_name
+    if not served and is_hf_model_id(model) and not Path(model).exists():
+        served = [model]
+    return replace(config, engine=engine, served_model_name=served)
+
+
 def run(args: argparse.Namespace) -> int:
+    config = checked_config(args)
+    skip_torch_import(needs_torch=config.engine.load_format == DUMMY)
     from vllm_tvm.entrypoints.llm import artifact_for
     from vllm_tvm.server.launch import serve
 
-    config = config_from_args(args)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

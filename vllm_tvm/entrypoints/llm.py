@@ -3,17 +3,19 @@
 It resolves an artifact (given, or compiled on first use into the cache — the compiler is
 imported only then, so a runtime-only install still serves prebuilt artifacts) and builds
 an `LLMEngine` over it; `generate` runs all prompts through the engine together (continuous
-batching, prefix caching), `stream` yields one request's output as it grows.
+batching, prefix caching), `chat` does the same for conversations through the checkpoint's
+chat template, `stream` yields one request's output as it grows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
+from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.engine.args import EngineArgs
@@ -48,14 +50,20 @@ def artifact_for(args: EngineArgs) -> Path:
     )
 
 
+Conversation = Sequence[Mapping[str, Any]]
+"""Chat messages (`{"role": ..., "content": ...}`), oldest first."""
+
+
 class LLM:
-    """A loaded model ready to generate. `options` are `EngineArgs` fields (device, dtype,
-    max_model_len, num_blocks, load_format, skip_tokenizer_init, ...); any other name is
-    refused with a TypeError naming it."""
+    """A loaded model ready to generate. `model` is a local path or a Hugging Face id in the
+    local cache. `options` are `EngineArgs` fields (device, dtype, max_model_len, num_blocks,
+    load_format, skip_tokenizer_init, ...); any other name is refused with a TypeError naming
+    it."""
 
     def __init__(self, model: str | Path, **options: Any) -> None:
-        self.model_path = Path(model)
-        args = EngineArgs.from_options(self.model_path, **options)
+        args = EngineArgs.from_options(model, **options)
+        self.model_path = resolve_model(model)
+        args = replace(args, model=self.model_path)
         self.engine = LLMEngine.from_args(replace(args, artifact=artifact_for(args)))
         self.tokenizer = self.engine.tokenizer
         self.runner = self.engine.runner
@@ -86,6 +94,39 @@ class LLM:
         if priority is not None and len(priority) != len(prompts):
             raise ValueError(f"got {len(priority)} priorities for {len(prompts)} prompts")
         return generate_all(self.engine, list(prompts), params_list, priority)  # type: ignore[arg-type]
+
+    def chat(
+        self,
+        messages: Conversation | Sequence[Conversation],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        tools: list[Mapping[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[RequestOutput]:
+        """Complete one conversation, or each of a list of conversations, as vLLM's
+        `LLM.chat`: each is rendered by the checkpoint's chat template (or `chat_template`),
+        with the assistant turn opened when `add_generation_prompt`, and all are generated
+        together; one RequestOutput per conversation, in order."""
+        conversations = [messages] if messages and isinstance(messages[0], Mapping) else messages
+        prompts: list[PromptInput] = [
+            self.chat_prompt_ids(
+                conversation,  # type: ignore[arg-type]
+                chat_template=chat_template,
+                add_generation_prompt=add_generation_prompt,
+                tools=tools,
+                **(chat_template_kwargs or {}),
+            )
+            for conversation in conversations
+        ]
+        return self.generate(prompts, sampling_params)
+
+    def chat_prompt_ids(self, conversation: Conversation, **template_options: Any) -> list[int]:
+        """The token ids of `conversation` rendered by the chat template (`template_options`:
+        chat_template, add_generation_prompt, tools, or the template's own variables)."""
+        rendered = self.tokenizer.apply_chat_template(list(conversation), **template_options)
+        return self.tokenizer.encode(rendered, add_special_tokens=False)
 
     def get_default_sampling_params(self) -> SamplingParams:
         """vLLM's defaults overlaid with the checkpoint's generation_config.json sampling

@@ -16,9 +16,9 @@ from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from vllm_tvm.checkpoints.gguf_file import read_gguf_metadata
 from vllm_tvm.runtime.tokenization.bpe_pretokenizers import pre_tokenizer_spec
 from vllm_tvm.runtime.tokenization.byte_level_bpe import AddedTokenSpec, build_byte_level_bpe
-from vllm_tvm.runtime.tokenization.gguf_metadata import read_gguf_metadata
 from vllm_tvm.runtime.tokenization.sentencepiece_bpe import (
     PieceType,
     build_merged_sentencepiece_bpe,

@@ -1,0 +1,104 @@
+"""Checks of the cheap inputs of a command, run before anything slow.
+
+Why: loading TVM takes seconds and a first compile tens of seconds, so a typo (an empty
+prompt, `--port 99999`, a port already taken, `--device cuda` on a machine without a GPU, a
+model path that is not there) must be refused first, with the value named, not found by a
+raw traceback after the slow start. Nothing here imports TVM.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import socket
+import sys
+from dataclasses import replace
+
+from vllm_tvm.checkpoints.model_reference import resolve_model
+from vllm_tvm.runtime.engine.args import EngineArgs
+
+IMPORT_TORCH_ENV = "VLLM_TVM_IMPORT_TORCH"
+"""Set to 1 to let TVM's FFI import torch in a command that does not need it."""
+
+
+def resolve_engine_model(engine: EngineArgs) -> EngineArgs:
+    """`engine` on the local checkpoint its model names (a path, or a Hugging Face id in the
+    local cache); a model that is neither is refused by name."""
+    return replace(engine, model=str(resolve_model(engine.model)))
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port outside 0..65535 (0: any free port), or one that `host` cannot bind now
+    (in use)."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port must be between 0 and 65535, got {port}")
+    with socket.socket(_address_family(host), socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            reason = "is in use" if err.errno == errno.EADDRINUSE else f"cannot be bound ({err})"
+            raise ValueError(f"--port {port} on {host} {reason}") from None
+
+
+def _address_family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def check_device(device: str | None) -> None:
+    """Refuse `--device cuda` when no CUDA driver with a device answers (asked of libcuda
+    directly: TVM would report it only after loading, compiling, and a raw traceback)."""
+    if device != "cuda":
+        return
+    problem = _cuda_problem()
+    if problem is not None:
+        raise ValueError(f"--device cuda: {problem}; use --device cpu")
+
+
+def _cuda_problem() -> str | None:
+    """Why no CUDA device is usable, or None when at least one is."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA driver found (libcuda.so.1 cannot be loaded)"
+    status = driver.cuInit(0)
+    if status != 0:
+        return f"the CUDA driver does not start (cuInit error {status}: no usable GPU)"
+    count = ctypes.c_int(0)
+    status = driver.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0 or count.value < 1:
+        return "the CUDA driver sees no GPU"
+    return None
+
+
+def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt text: `--prompt TEXT`, `--prompt -` (standard input) or `--prompt-file
+    FILE`; exactly one of them, and not empty."""
+    if (prompt is None) == (prompt_file is None):
+        raise ValueError("give exactly one of --prompt TEXT, --prompt - (stdin), --prompt-file")
+    if prompt_file is not None:
+        try:
+            with open(prompt_file, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as err:
+            raise ValueError(f"--prompt-file {prompt_file}: {err.strerror}") from None
+        source = f"--prompt-file {prompt_file}"
+    elif prompt == "-":
+        text, source = sys.stdin.read(), "standard input (--prompt -)"
+    else:
+        text, source = prompt or "", "--prompt"
+    if not text.strip():
+        raise ValueError(f"the prompt from {source} is empty")
+    return text
+
+
+def skip_torch_import(needs_torch: bool) -> None:
+    """Keep `import tvm` from importing torch when the command has no use for it.
+
+    TVM 0.27's FFI (`tvm_ffi`) imports torch, when installed, for DLPack interop: about 2 s
+    of every start. A None in `sys.modules` makes `import torch` fail as if absent, which
+    tvm_ffi accepts. Commands that draw dummy weights with torch pass `needs_torch`."""
+    if needs_torch or os.environ.get(IMPORT_TORCH_ENV) == "1" or "torch" in sys.modules:
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
