@@ -138,7 +138,8 @@ class EngineSequence:
             self.first_token_time = now
         self.last_token_time = now
         step = self.stops.step(token_id, self.decoder)
-        self.text += step.text
+        if step.text:
+            self.text += step.text
         if step.finished:
             self.finish(step.finish_reason or "stop", step.stop_reason, now=now)
 
