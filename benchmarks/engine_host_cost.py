@@ -39,6 +39,7 @@ from typing import Any, get_args
 import numpy as np
 
 from vllm_tvm.runtime.engine import llm_engine
+from vllm_tvm.runtime.engine.args import default_of
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
 from vllm_tvm.runtime.engine.sequence import OutputKind
@@ -187,9 +188,15 @@ def build_engine(
         runner,  # type: ignore[arg-type]  # the runner's interface, not its class
         tokenizer=None,
         eos_token_ids=[2],
-        cache_config=CacheConfig(block_size=BLOCK_SIZE, num_blocks=sequences * blocks_per_seq),
+        cache_config=CacheConfig(
+            block_size=BLOCK_SIZE,
+            num_blocks=sequences * blocks_per_seq,
+            enable_prefix_caching=default_of("enable_prefix_caching"),
+        ),
         scheduler_config=SchedulerConfig(
-            max_num_seqs=sequences, max_num_batched_tokens=batched_tokens
+            max_num_seqs=sequences,
+            max_num_batched_tokens=batched_tokens,
+            policy=default_of("scheduling_policy"),
         ),
         max_model_len=max_len,
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 
 
-@dataclass
+@dataclass(slots=True)
 class CompletionOutput:
     """One generated sequence of a request."""
 
@@ -23,7 +23,7 @@ class CompletionOutput:
     logprobs: list[TokenLogprobs] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestMetrics:
     """Wall-clock timings of one request, in seconds (`*_time` are `time.perf_counter()`
     readings; prefill runs from first scheduled to first token, decode from there to the
@@ -42,7 +42,7 @@ class RequestMetrics:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     """A request's prompt and its completions."""
 

@@ -102,6 +102,27 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """Pick this step's sequences and token counts; reserve their blocks."""
+        return self._schedule_decodes() or self._schedule_any()
+
+    def _schedule_decodes(self) -> SchedulerOutput | None:
+        """The common step at no per-sequence policy cost: nothing waits and every running
+        sequence computes just its last sampled token, within the budget and the free
+        blocks. Then every running sequence runs one token, in order, which is what
+        `_schedule_any` decides for such a step (no preemption, nothing to admit). None, with
+        nothing reserved, for any other step."""
+        running = self.running
+        if self.waiting or not running or len(running) > self.config.max_num_batched_tokens:
+            return None
+        for seq in running:
+            if len(seq.token_ids) - seq.num_computed_tokens != 1:
+                return None
+        if not self.block_manager.grow_each_by_one(running):
+            return None
+        return SchedulerOutput(scheduled=[ScheduledSequence(seq, 1) for seq in running])
+
+    def _schedule_any(self) -> SchedulerOutput:
+        """vLLM's rule for any step: running sequences first (preempting when blocks run
+        out), then waiting ones in policy order."""
         output = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         for seq in list(self.running):

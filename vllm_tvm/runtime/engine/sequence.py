@@ -138,7 +138,8 @@ class EngineSequence:
             self.first_token_time = now
         self.last_token_time = now
         step = self.stops.step(token_id, self.decoder)
-        self.text += step.text
+        if step.text:
+            self.text += step.text
         if step.finished:
             self.finish(step.finish_reason or "stop", step.stop_reason, now=now)
 
@@ -157,19 +158,23 @@ class EngineSequence:
     def completion(self, delta: bool) -> CompletionOutput:
         """This sequence as a CompletionOutput: all so far, or what is new since the last
         delta (which this call then marks as sent)."""
-        tokens_from, text_from = (self.sent_tokens, self.sent_text) if delta else (0, 0)
-        output = CompletionOutput(
-            index=self.index,
-            text=self.text[text_from:],
-            token_ids=self.output_token_ids[tokens_from:],
-            finish_reason=self.finish_reason,
-            stop_reason=self.stop_reason,
-            cumulative_logprob=self.cumulative_logprob if self.logprobs is not None else None,
-            logprobs=None if self.logprobs is None else self.logprobs[tokens_from:],
-        )
+        output_token_ids = self.sampling.output_token_ids
+        text = self.text
+        tokens_from = text_from = 0
         if delta:
-            self.sent_tokens, self.sent_text = len(self.output_token_ids), len(self.text)
-        return output
+            tokens_from, text_from = self.sent_tokens, self.sent_text
+            self.sent_tokens, self.sent_text = len(output_token_ids), len(text)
+        logprobs = self.logprobs
+        # Positional arguments in field order: this runs per request per step when streaming.
+        return CompletionOutput(
+            self.index,
+            text[text_from:],
+            output_token_ids[tokens_from:],
+            self.finish_reason,
+            self.stop_reason,
+            None if logprobs is None else self.cumulative_logprob,
+            None if logprobs is None else logprobs[tokens_from:],
+        )
 
 
 @dataclass
@@ -204,23 +209,26 @@ class Request:
         """The output to hand out after a step that touched this request (None when its
         kind says to wait for the end)."""
         finished = self.is_finished
-        if self.output_kind == "final_only" and not finished:
+        output_kind = self.output_kind
+        if output_kind == "final_only" and not finished:
             return None
-        delta = self.output_kind == "delta"
-        prompt_logprobs = self.seqs[0].prompt_logprobs
+        delta = output_kind == "delta"
+        seqs = self.seqs
+        prompt_logprobs = seqs[0].prompt_logprobs
         if delta and self.sent_prompt_logprobs:
             prompt_logprobs = None
         self.sent_prompt_logprobs = True
+        # Positional arguments in field order: this runs per request per step when streaming.
         return RequestOutput(
-            request_id=self.request_id,
-            prompt=self.prompt,
-            prompt_token_ids=self.prompt_token_ids,
-            outputs=[seq.completion(delta) for seq in self.seqs],
-            finished=finished,
-            metrics=self.metrics(),
-            prompt_logprobs=prompt_logprobs,
-            num_cached_tokens=self.seqs[0].num_cached_tokens,
-            error=self.error,
+            self.request_id,
+            self.prompt,
+            self.prompt_token_ids,
+            [seq.completion(delta) for seq in seqs],
+            finished,
+            self.metrics(),
+            prompt_logprobs,
+            seqs[0].num_cached_tokens,
+            self.error,
         )
 
     def metrics(self) -> RequestMetrics:
@@ -230,11 +238,11 @@ class Request:
         if first is None:
             return RequestMetrics(arrival_time=self.arrival_time, finished_time=seq.finished_time)
         scheduled, last = seq.first_scheduled_time, seq.last_token_time
-        return RequestMetrics(
-            prefill_seconds=0.0 if scheduled is None else first - scheduled,
-            decode_seconds=0.0 if last is None else last - first,
-            time_to_first_token=first - self.arrival_time,
-            decode_tokens=max(len(seq.output_token_ids) - 1, 0),
-            arrival_time=self.arrival_time,
-            finished_time=seq.finished_time,
+        return RequestMetrics(  # positional, in field order (see make_output)
+            0.0 if scheduled is None else first - scheduled,  # prefill_seconds
+            0.0 if last is None else last - first,  # decode_seconds
+            first - self.arrival_time,  # time_to_first_token
+            max(len(seq.sampling.output_token_ids) - 1, 0),  # decode_tokens
+            self.arrival_time,
+            seq.finished_time,
         )

@@ -165,7 +165,10 @@ class StopChecker:
 
         stopped_by_token = finish_reason == FINISH_STOP
         delta = "" if stopped_by_token and not self._include_stop else decoder.add(token_id)
-        if finish_reason is not None:
+        if finish_reason is None:
+            if not delta:  # no new text: nothing to search, nothing newly visible
+                return _NO_TEXT_YET
+        else:
             delta += decoder.flush()
         self._text += delta
 

@@ -175,6 +175,29 @@ class BlockManager:
         assert seq.kv_id is not None
         self._reserve(seq.kv_id, num_tokens)
 
+    def grow_each_by_one(self, seqs: list[EngineSequence]) -> bool:
+        """Reserve room for one more token in each of `seqs` (in order, as `can_grow` then
+        `grow` of `num_computed_tokens + 1` each would) when the free blocks suffice for all
+        of them; False, and nothing reserved, when they do not. Only sequences at a block
+        boundary need a block, so most steps reserve nothing."""
+        tables, block_size = self._tables, self.block_size
+        short = [
+            seq
+            for seq in seqs
+            if len(tables[seq.kv_id]) * block_size <= seq.num_computed_tokens  # type: ignore[index]
+        ]
+        if not short:
+            return True
+        needed = sum(
+            self._blocks_for(seq.num_computed_tokens + 1) - len(tables[seq.kv_id])  # type: ignore[index]
+            for seq in short
+        )
+        if needed > self.num_free_blocks:
+            return False
+        for seq in short:
+            self._reserve(seq.kv_id, seq.num_computed_tokens + 1)  # type: ignore[arg-type]
+        return True
+
     def _reserve(self, kv_id: int, num_tokens: int) -> None:
         table = self._tables[kv_id]
         while len(table) * self.block_size < num_tokens:

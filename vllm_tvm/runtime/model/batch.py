@@ -95,9 +95,14 @@ def is_decode_row(item: ScheduledSequence) -> bool:
 def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
     """The forward that computes `scheduled` (the sequences' tokens are not yet marked
     computed: the caller does that once the forward has run)."""
-    decode_flags = [is_decode_row(item) for item in scheduled]
-    decodes = [item.seq for item, decode in zip(scheduled, decode_flags, strict=True) if decode]
-    if len(decodes) == len(scheduled):
+    decodes: list[EngineSequence] = []
+    prefills: list[ScheduledSequence] = []
+    for item in scheduled:
+        if is_decode_row(item):
+            decodes.append(item.seq)
+        else:
+            prefills.append(item)
+    if not prefills:
         return ForwardBatch(
             kv_ids=[seq.kv_id for seq in decodes],  # type: ignore[misc]  # scheduled sequences hold KV
             token_ids=[seq.token_ids[-1] for seq in decodes],
@@ -107,7 +112,6 @@ def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
             sampling_rows=list(range(len(decodes))),
             prompt_logprob_rows=[],
         )
-    prefills = [item for item, decode in zip(scheduled, decode_flags, strict=True) if not decode]
     return _ragged_batch(prefills, decodes)
 
 
