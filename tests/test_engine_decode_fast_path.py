@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import random
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,35 +25,17 @@ from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
+# The null KV cache (lengths only) is the host-cost benchmark's: benchmarks/engine_host_cost.py.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from engine_host_cost import NullKVCache
+
 BLOCK_SIZE = 16
 MAX_MODEL_LEN = 256
 VOCAB = 8  # few ids, so prompts share prefixes and the prefix cache is used
 
 
-class LengthsKVCache:
-    """The `PagedKVCache` calls the block manager makes, keeping each sequence's length."""
-
-    def __init__(self) -> None:
-        self.lengths: dict[int, int] = {}
-
-    def add_sequence(self, seq_id: int) -> None:
-        self.lengths[seq_id] = 0
-
-    def remove_sequence(self, seq_id: int) -> None:
-        del self.lengths[seq_id]
-
-    def fork_sequence(self, parent_id: int, child_id: int, fork_pos: int = -1) -> None:
-        self.lengths[child_id] = self.lengths[parent_id] if fork_pos < 0 else fork_pos
-
-    def popn(self, seq_id: int, count: int) -> None:
-        self.lengths[seq_id] -= count
-
-    def sequence_length(self, seq_id: int) -> int:
-        return self.lengths[seq_id]
-
-
-def _make_scheduler(rng: random.Random, policy: str) -> tuple[Scheduler, LengthsKVCache]:
-    kv = LengthsKVCache()
+def _make_scheduler(rng: random.Random, policy: str) -> tuple[Scheduler, NullKVCache]:
+    kv = NullKVCache()
     cache = CacheConfig(
         block_size=BLOCK_SIZE, num_blocks=rng.randint(12, 40), enable_prefix_caching=True
     )
@@ -78,7 +62,7 @@ def _describe(output: SchedulerOutput) -> tuple[list[tuple[int, int]], list[int]
     )
 
 
-def _state(scheduler: Scheduler, kv: LengthsKVCache) -> dict[str, Any]:
+def _state(scheduler: Scheduler, kv: NullKVCache) -> dict[str, Any]:
     manager = scheduler.block_manager
 
     def seq_state(seq: EngineSequence) -> tuple[Any, ...]:
@@ -96,7 +80,7 @@ def _state(scheduler: Scheduler, kv: LengthsKVCache) -> dict[str, Any]:
 
 
 def _run_step(
-    scheduler: Scheduler, kv: LengthsKVCache, output: SchedulerOutput, rng: random.Random
+    scheduler: Scheduler, kv: NullKVCache, output: SchedulerOutput, rng: random.Random
 ) -> None:
     """What the engine does with a step: compute the tokens, sample, finish."""
     for item in output.scheduled:
@@ -145,7 +129,7 @@ def test_the_decode_fast_path_schedules_as_the_general_rule(policy: str, seed: i
 
 def test_the_fast_path_declines_and_reserves_nothing_when_blocks_run_short() -> None:
     rng = random.Random(0)
-    kv = LengthsKVCache()
+    kv = NullKVCache()
     cache = CacheConfig(block_size=BLOCK_SIZE, num_blocks=2, enable_prefix_caching=False)
     config = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, policy="fcfs")
     scheduler = Scheduler(config, BlockManager(kv, cache), EngineMetrics())  # type: ignore[arg-type]
