@@ -142,3 +142,11 @@ def wait_until(condition: Any, timeout: float = 30.0) -> bool:
         if value or time.monotonic() > deadline:
             return bool(value)
         time.sleep(0.02)
+
+
+def error_body(response: Any, status: int) -> dict:
+    """The OpenAI-shaped error object of `response`, after checking its status and code."""
+    assert response.status_code == status, response.text[:500]
+    error = response.json()["error"]
+    assert error["code"] == status
+    return error

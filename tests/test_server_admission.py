@@ -13,19 +13,12 @@ import asyncio
 
 import httpx2 as httpx
 import pytest
-from server_helpers import MODEL_NAME
+from server_helpers import MODEL_NAME, error_body
 
 from vllm_tvm.runtime.engine.admission import Admission, AdmissionLimits
 
 PROMPT = {"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 2}
 CHAT = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
-
-
-def _error(response: httpx.Response, status: int) -> dict:
-    assert response.status_code == status, response.text[:500]
-    error = response.json()["error"]
-    assert error["code"] == status
-    return error
 
 
 @pytest.mark.parametrize(
@@ -41,7 +34,7 @@ def _error(response: httpx.Response, status: int) -> dict:
 )
 def test_an_integer_beyond_int64_is_a_400_and_the_engine_serves_on(server, path, extra, name):
     body = {**(PROMPT if path == "/v1/completions" else CHAT), "temperature": 0.7, **extra}
-    error = _error(httpx.post(server.url + path, json=body), 400)
+    error = error_body(httpx.post(server.url + path, json=body), 400)
     assert error["message"].startswith(f"{name} must be within the signed 64-bit range")
     assert httpx.post(server.url + "/v1/completions", json=PROMPT).status_code == 200
 
@@ -55,7 +48,7 @@ def test_the_largest_int64_top_k_samples_every_token(server):
 
 def test_prompts_times_n_over_the_cap_is_a_400_naming_the_numbers(server):
     body = {**PROMPT, "prompt": ["a", "b", "c"], "n": 100, "temperature": 1.0}
-    error = _error(httpx.post(server.url + "/v1/completions", json=body), 400)
+    error = error_body(httpx.post(server.url + "/v1/completions", json=body), 400)
     assert error["param"] == "n"
     assert error["message"].startswith(
         "the request asks for 300 sequences (3 prompts x n=100), more than the 256"
@@ -84,7 +77,7 @@ def test_a_full_waiting_queue_is_a_429_until_it_drains(server, server_farm, monk
     statuses = sorted(reply.status_code for reply in replies)
     assert statuses.count(200) >= 2 and set(statuses) == {200, 429}, statuses
     refused = next(reply for reply in replies if reply.status_code == 429)
-    error = _error(refused, 429)
+    error = error_body(refused, 429)
     assert error["type"] == "RateLimitError"
     assert "(at most 2, --max-waiting-requests)" in error["message"]
     assert server_farm.engine.admission.num_waiting == 0
@@ -96,6 +89,6 @@ def test_a_stopping_engine_answers_503(server, server_farm, monkeypatch):
     stopping.stop()
     monkeypatch.setattr(server_farm.engine, "admission", stopping)
     for path, body in (("/v1/completions", PROMPT), ("/v1/chat/completions", CHAT)):
-        error = _error(httpx.post(server.url + path, json=body), 503)
+        error = error_body(httpx.post(server.url + path, json=body), 503)
         assert error["type"] == "ServiceUnavailableError"
         assert "shutting down" in error["message"]

@@ -16,7 +16,7 @@ import json
 import httpx2 as httpx
 import openai
 import pytest
-from server_helpers import MODEL_NAME
+from server_helpers import MODEL_NAME, error_body
 
 from vllm_tvm.server.errors import MAX_ERROR_MESSAGE_CHARS
 
@@ -26,13 +26,6 @@ CHAT = [{"role": "user", "content": "Hello"}]
 def _post_escaped(url: str, body: dict) -> httpx.Response:
     """POST `body` as JSON with every non-ASCII character escaped (lone surrogates included)."""
     return httpx.post(url, content=json.dumps(body), headers={"content-type": "application/json"})
-
-
-def _error(response: httpx.Response, status: int) -> dict:
-    assert response.status_code == status, response.text[:500]
-    error = response.json()["error"]
-    assert error["code"] == status
-    return error
 
 
 # ---------------------------------------------------------------------------------- max_tokens
@@ -107,7 +100,7 @@ SURROGATE_CASES = [
 @pytest.mark.parametrize(("path", "body", "field"), SURROGATE_CASES)
 def test_lone_surrogate_escape_is_a_400_naming_the_field(server, path, body, field):
     response = _post_escaped(server.url + path, {"model": MODEL_NAME, **body})
-    error = _error(response, 400)
+    error = error_body(response, 400)
     assert error["type"] == "BadRequestError"
     assert error["message"].startswith(f"{field}: ") and "surrogate" in error["message"]
     assert error["param"] == field
@@ -119,7 +112,7 @@ def test_lone_surrogate_as_raw_bytes_is_a_400(server, path):
     response = httpx.post(
         server.url + path, content=body, headers={"content-type": "application/json"}
     )
-    assert _error(response, 400)["param"] == "prompt"
+    assert error_body(response, 400)["param"] == "prompt"
 
 
 def test_valid_astral_characters_are_accepted(client):
@@ -134,14 +127,14 @@ def test_stream_options_without_stream_is_a_400(server):
     routes = (("/v1/completions", {"prompt": "Hi"}), ("/v1/chat/completions", {"messages": CHAT}))
     for route, body in routes:
         request = {**body, "stream_options": {"include_usage": True}}
-        error = _error(httpx.post(server.url + route, json=request), 400)
+        error = error_body(httpx.post(server.url + route, json=request), 400)
         assert error["param"] == "stream_options" and "stream is true" in error["message"]
 
 
 @pytest.mark.parametrize("value", ["yes", "true", 1])
 def test_stream_must_be_a_json_boolean(server, value):
     body = {"prompt": "Hi", "max_tokens": 2, "stream": value}
-    error = _error(httpx.post(server.url + "/v1/completions", json=body), 400)
+    error = error_body(httpx.post(server.url + "/v1/completions", json=body), 400)
     assert error["message"].startswith("stream: ")
 
 
@@ -152,7 +145,7 @@ def test_huge_out_of_vocab_logit_bias_gets_a_short_error(server):
     bias = {str(token): 1.0 for token in range(10_000, 210_000)}
     body = {"prompt": "Hi", "max_tokens": 2, "logit_bias": bias}
     response = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
-    error = _error(response, 400)
+    error = error_body(response, 400)
     assert "out-of-vocab" in error["message"] and "more)" in error["message"]
     assert len(response.content) < 1000
 
@@ -161,7 +154,7 @@ def test_a_huge_field_name_is_cut_in_the_error(server):
     name = "k" * 100_000
     body = {"messages": CHAT, "chat_template_kwargs": {name: "\ud800"}}
     response = _post_escaped(server.url + "/v1/chat/completions", body)
-    error = _error(response, 400)
+    error = error_body(response, 400)
     assert error["param"].startswith(f"chat_template_kwargs.{name[:100]}")
     assert len(response.content) < 2 * MAX_ERROR_MESSAGE_CHARS + 1000
 
@@ -169,7 +162,7 @@ def test_a_huge_field_name_is_cut_in_the_error(server):
 def test_every_error_message_is_cut_to_the_bound(server):
     body = {"prompt": "Hi", "logit_bias": {str(i): "not a number" for i in range(5000)}}
     response = httpx.post(server.url + "/v1/completions", json=body)
-    message = _error(response, 400)["message"]
+    message = error_body(response, 400)["message"]
     assert len(message) < MAX_ERROR_MESSAGE_CHARS + 100 and "more characters)" in message
 
 
@@ -179,7 +172,7 @@ def test_every_error_message_is_cut_to_the_bound(server):
 def test_body_over_the_limit_is_a_413_by_content_length(server_farm):
     server = server_farm.server(max_request_body_bytes=4096)
     body = {"model": MODEL_NAME, "prompt": "x" * 5000, "max_tokens": 1}
-    error = _error(httpx.post(server.url + "/v1/completions", json=body), 413)
+    error = error_body(httpx.post(server.url + "/v1/completions", json=body), 413)
     assert "4096" in error["message"] and "--max-request-body-bytes" in error["message"]
     small = {"model": MODEL_NAME, "prompt": "x" * 100, "max_tokens": 1}
     assert httpx.post(server.url + "/v1/completions", json=small).status_code == 200
@@ -201,7 +194,7 @@ def test_chunked_body_over_the_limit_is_a_413(server_farm):
         server.url + "/v1/completions", content=_in_chunks(payload), headers=JSON_HEADERS
     )
     assert "transfer-encoding" in response.request.headers
-    _error(response, 413)
+    error_body(response, 413)
 
 
 def test_chunked_body_within_the_limit_is_served(server_farm):
