@@ -5,14 +5,20 @@ the local compile, opening nothing of the pulled files before every one is verif
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from registry_server import RegistryServer
 
+from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME, DefaultModelMissingError
+from vllm_tvm.cli.default_model import default_model_path as installed_default_model
 from vllm_tvm.cli.main import main
 from vllm_tvm.registry import pull as pull_module
 from vllm_tvm.registry.store import model_dir, pulled_models
@@ -45,28 +51,41 @@ class Published:
     model_id: str
 
 
-@pytest.fixture(scope="module")
-def published(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Published:
-    """The tiny Llama compiled for this CPU and published under `tiny-llama` (one compile,
-    shared with the local run through the session's artifact cache)."""
-    base = tmp_path_factory.mktemp("registry")
+def publish_with_cli(model: Path, base: Path, model_id: str | None = None) -> Published:
+    """`keygen` a key and `publish` `model` (compiled for this CPU, through the session's
+    artifact cache, so a local run reuses the compile) into a new registry directory."""
     key = base / "keys" / "publisher.key"
     assert main(["keygen", str(key)]) == 0
-    model = tiny_model_dir("llama")
     registry = base / "registry"
-    command = ["publish", str(model), "--target", "llvm", "--name", "tiny-llama"]
-    assert main([*command, "--registry", str(registry), "--signing-key", str(key)]) == 0
-    return Published(registry, Path(f"{key}.pub"), model, "tiny-llama")
+    command = ["publish", str(model), "--target", "llvm", "--registry", str(registry)]
+    named = ["--name", model_id] if model_id else []
+    assert main([*command, *named, "--signing-key", str(key)]) == 0
+    published_id = model_id or model.stem
+    return Published(registry, Path(f"{key}.pub"), model, published_id)
 
 
-@pytest.fixture
-def served(published: Published, monkeypatch: pytest.MonkeyPatch) -> Iterator[RegistryServer]:
+@contextmanager
+def serving(published: Published, monkeypatch: pytest.MonkeyPatch) -> Iterator[RegistryServer]:
+    """The registry on loopback HTTP, configured and trusted through the environment; its
+    pulls are removed afterwards."""
     with RegistryServer(published.registry) as server:
         monkeypatch.setenv("VLLM_TVM_REGISTRY", server.url)
         monkeypatch.setenv("VLLM_TVM_TRUSTED_KEYS", str(published.public_key))
         yield server
-    for model in pulled_models(published.model_id):
-        main(["models", "rm", model.model_id])
+    if pulled_models(published.model_id):
+        main(["models", "rm", published.model_id])
+
+
+@pytest.fixture(scope="module")
+def published(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Published:
+    """The tiny Llama published under `tiny-llama`."""
+    return publish_with_cli(tiny_model_dir("llama"), tmp_path_factory.mktemp("reg"), "tiny-llama")
+
+
+@pytest.fixture
+def served(published: Published, monkeypatch: pytest.MonkeyPatch) -> Iterator[RegistryServer]:
+    with serving(published, monkeypatch) as server:
+        yield server
 
 
 @pytest.fixture
@@ -173,3 +192,61 @@ def test_generate_takes_a_registry_id_with_the_registry_flags(
     captured = capfd.readouterr()
     assert "pulled prebuilt artifact" in captured.err
     assert '"token_ids"' in captured.out
+
+
+def test_the_default_model_pulled_generates_what_its_local_compile_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    """The embedded default model (Q4_1 GGUF, quantized weights kept native), published and
+    pulled under its name; the compile is shared with the session's other default-model
+    tests."""
+    from vllm_tvm.entrypoints.llm import LLM
+
+    try:
+        model = installed_default_model()
+    except DefaultModelMissingError as missing:
+        pytest.skip(str(missing))
+    published = publish_with_cli(model, tmp_path, DEFAULT_MODEL_NAME)
+    options = {"device": "cpu", "max_model_len": 256, "show_progress": False}
+    prompt = "The capital of France is"
+    local = LLM(model, **options).generate(prompt, GREEDY)[0].outputs[0].token_ids
+    with serving(published, monkeypatch):
+        pulled = LLM(DEFAULT_MODEL_NAME, **options)
+        assert "pulled prebuilt artifact" in capfd.readouterr().err
+        assert pulled.generate(prompt, GREEDY)[0].outputs[0].token_ids == local
+
+
+def test_serve_and_bench_take_a_registry_id(published: Published, served: RegistryServer) -> None:
+    from vllm_tvm.cli.engine_args import engine_args_from_cli
+    from vllm_tvm.cli.main import build_parser
+    from vllm_tvm.cli.serve_cmd import config_from_args
+
+    serve_args = build_parser().parse_args(["serve", published.model_id])
+    config = config_from_args(serve_args)
+    placed = pulled_models(published.model_id)[0]
+    assert config.served_model_name == [published.model_id]
+    assert config.engine.artifact == placed.artifact_dir
+    assert Path(config.engine.model) == placed.checkpoint_path
+    bench_args = build_parser().parse_args(["bench", "--model", published.model_id])
+    assert engine_args_from_cli(bench_args).artifact == placed.artifact_dir
+
+
+def test_a_runtime_only_box_pulls_and_generates(
+    published: Published, served: RegistryServer
+) -> None:
+    """With TVM's runtime alone (no compiler library), as on a serving box."""
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1"}
+
+    def cli(*arguments: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "vllm_tvm.cli.main", *arguments]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+    for subcommand in ("keygen", "publish", "pull", "models"):
+        assert cli(subcommand, "--help").returncode == 0, subcommand
+    pulled = cli("pull", published.model_id, "--target", "llvm")
+    assert pulled.returncode == 0, pulled.stderr[-2000:]
+    command = ["generate", "--model", published.model_id, "--offline", "--prompt", "hello"]
+    generated = cli(*command, "--max-tokens", "3", "--json")
+    assert generated.returncode == 0, generated.stderr[-2000:]
+    assert "using the pulled prebuilt artifact" in generated.stderr
+    assert 1 <= len(json.loads(generated.stdout)["token_ids"]) <= 3
