@@ -77,9 +77,10 @@ def pull(
 
 
 def assert_store_empty() -> None:
+    """No file of the pull is left (the empty per-entry lock file may stay)."""
     root = store_root()
-    leftovers = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
-    assert leftovers == []
+    files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+    assert [p for p in files if p.suffix != ".lock" or p.stat().st_size] == []
 
 
 def test_a_pull_places_the_exact_bytes(remote: str, registry: FakeRegistry) -> None:
@@ -192,3 +193,24 @@ def test_a_stalled_hugging_face_endpoint_times_out(
     with pytest.raises(RegistryError, match="ReadTimeout"):
         pull("hf://acme/tiny-registry", registry)
     assert not pulled_models()
+
+
+def test_a_second_pull_downloads_nothing(registry: FakeRegistry, server: RegistryServer) -> None:
+    first = pull(server.url, registry)
+    blob_gets = sum(1 for method, path, _ in server.requests if path.startswith("blobs/"))
+    assert pull(server.url, registry).path == first.path
+    assert sum(1 for _, path, _ in server.requests if path.startswith("blobs/")) == blob_gets
+
+
+def test_an_interrupted_pull_is_resumed_by_the_next_one(
+    registry: FakeRegistry, server: RegistryServer
+) -> None:
+    blob = registry.blob_of("model.so")
+    server.faults.stall_after[blob] = (50_000, 2.0)
+    with pytest.raises(RegistryError, match="timed out"):
+        pull(server.url, registry, timeout=0.3)
+    del server.faults.stall_after[blob]
+    pulled = pull(server.url, registry)
+    assert (pulled.artifact_dir / "model.so").read_bytes() == registry.library.read_bytes()
+    last_range = server.gets_of(blob)[-1]
+    assert last_range is not None and int(last_range[6:-1]) >= 50_000, last_range

@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         model_id = checkpoint.stem if checkpoint.is_file() else checkpoint.name
     request = make_request(checkpoint, args.target, args.dtype, args.weight_format)
+    if args.artifact is not None:
+        check_artifact_fits(args.artifact, checkpoint, request.target.name)
     artifact = args.artifact or compile_cached(request)
     entry, replaced = publish(
         Path(artifact),
@@ -56,6 +58,24 @@ def run(args: argparse.Namespace) -> int:
     action = "replaced" if replaced else "added"
     print(f"{action} {model_id}: {entry.describe()} in {args.registry} (index re-signed)")
     return 0
+
+
+def check_artifact_fits(artifact: Path, checkpoint: Path, target_name: str) -> None:
+    """Refuse an `--artifact` built for another target or from another model config than the
+    checkpoint published with it (the entry would describe a build it is not)."""
+    from vllm_tvm.artifacts.manifest import read_manifest
+    from vllm_tvm.checkpoints.model_config import read_model_config
+    from vllm_tvm.model_defs.registry import family_for
+
+    manifest = read_manifest(artifact, verify=True)
+    config = read_model_config(checkpoint)
+    config_hash = family_for(config).parse_config(config).fingerprint()
+    if manifest.target != target_name:
+        raise ValueError(
+            f"--artifact {artifact} was built for target {manifest.target!r}, not {target_name!r}"
+        )
+    if manifest.config_hash != config_hash:
+        raise ValueError(f"--artifact {artifact} was built from another model than {checkpoint}")
 
 
 def target_features(target_name: str) -> dict[str, Any]:

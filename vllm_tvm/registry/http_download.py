@@ -94,7 +94,7 @@ def _attempt(url: str, destination: Path, size: int, progress: ProgressBar, time
             progress.reset(total=size)
             progress.update(have)
             with destination.open("ab" if resumed else "wb") as out:
-                while chunk := response.read(CHUNK_BYTES):
+                while chunk := response.read1(CHUNK_BYTES):
                     have += len(chunk)
                     if have > size:
                         raise RegistryError(f"{url} sent more than the {size} bytes expected")

@@ -12,10 +12,12 @@ keeps the partial files, and the next pull resumes them.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,20 +142,43 @@ def pull_entry(
     `with_artifact` False only its checkpoint, to compile locally."""
     name = placed_name(entry, with_artifact)
     placed = model_dir(model_id) / name
-    if not placed.is_dir():
-        staging = partial_dir(model_id, name)
-        files = _layout(entry, staging, with_artifact)
-        try:
-            _fetch_all(signed.source, files, progress)
-            if with_artifact:
-                _check_artifact_manifest(staging / ARTIFACT_DIR, entry)
-        except RegistryError as err:
-            if not isinstance(err, _TransportError):
-                shutil.rmtree(staging, ignore_errors=True)
-            raise
-        origin = {"registry": signed.source.description, "trust": signed.trust}
-        place(staging, model_id, entry, origin)
+    staging = partial_dir(model_id, name)
+    with _exclusive(staging.with_name(staging.name + ".lock")):
+        if not placed.is_dir():
+            _download_and_verify(signed, entry, staging, progress, with_artifact)
+            origin = {"registry": signed.source.description, "trust": signed.trust}
+            place(staging, model_id, entry, origin)
     return next(m for m in pulled_models(model_id) if m.path.name == name)
+
+
+def _download_and_verify(
+    signed: SignedIndex,
+    entry: ArtifactEntry,
+    staging: Path,
+    progress: ProgressFactory,
+    with_artifact: bool,
+) -> None:
+    files = _layout(entry, staging, with_artifact)
+    try:
+        _fetch_all(signed.source, files, progress)
+        if with_artifact:
+            _check_artifact_manifest(staging / ARTIFACT_DIR, entry)
+    except RegistryError as err:
+        if not isinstance(err, _TransportError):
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """One pull of an entry at a time across processes (they share its staging files)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class _TransportError(RegistryError):

@@ -45,7 +45,8 @@ def placed_name(entry: ArtifactEntry, with_artifact: bool) -> str:
 
 def partial_dir(model_id: str, name: str) -> Path:
     """Where files of an unfinished pull wait (kept after a transport failure, so the next
-    pull resumes them; removed after any verification failure)."""
+    pull resumes them; removed after any verification failure). An empty `<dir>.lock` beside
+    it serialises pulls of the entry across processes."""
     return store_root() / PARTIAL_DIR / f"{model_id.replace('/', '--')}--{name}"
 
 
