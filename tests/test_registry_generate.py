@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from registry_fixtures import make_fake_registry
 from registry_server import RegistryServer
 
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME, DefaultModelMissingError
@@ -250,3 +251,17 @@ def test_a_runtime_only_box_pulls_and_generates(
     assert generated.returncode == 0, generated.stderr[-2000:]
     assert "using the pulled prebuilt artifact" in generated.stderr
     assert 1 <= len(json.loads(generated.stdout)["token_ids"]) <= 3
+
+
+def test_publish_refuses_an_artifact_of_another_target_or_model(
+    tiny_model_dir, tmp_path: Path, capsys
+) -> None:
+    fake = make_fake_registry(tmp_path)  # its artifact: target llvm, another config
+    model = tiny_model_dir("llama")
+    command = ["publish", str(model), "--artifact", str(fake.library.parent)]
+    command += ["--registry", str(tmp_path / "out"), "--signing-key", str(fake.private_key)]
+    assert main([*command, "--target", "cuda"]) == 1
+    assert "was built for target 'llvm', not 'cuda:sm_90a'" in capsys.readouterr().err
+    assert main([*command, "--target", "llvm"]) == 1
+    assert "was built from another model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
