@@ -36,34 +36,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vllm_tvm.registry.index import RegistryError
     from vllm_tvm.registry.machine import auto_target_kind, this_machine
-    from vllm_tvm.registry.pull import (
-        TrustPolicy,
-        choose_entry,
-        fitting_entries,
-        pull_entry,
-        read_index,
-        tqdm_progress,
-    )
-    from vllm_tvm.registry.sources import open_source
-    from vllm_tvm.registry.store import pulled_models
+    from vllm_tvm.registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
+    from vllm_tvm.registry.resolve import signed_index
 
     settings = registry_settings_from_cli(args)
     kind = auto_target_kind() if args.target == "auto" else args.target
     machine = this_machine(kind)
     if settings.offline:
-        pulled = [m for m in pulled_models(args.model_id) if m.artifact_dir is not None]
-        fits, reasons = fitting_entries(
-            [m.entry for m in pulled], machine, args.dtype, args.weight_format
-        )
-        found = next((m for m in pulled if m.entry in fits), None)
+        found, reasons = pulled_fit(args.model_id, machine, args.dtype, args.weight_format)
         if found is None:
             detail = "".join(f"\n  {r}" for r in reasons)
             raise RegistryError(f"offline: no pulled artifact of {args.model_id!r} fits{detail}")
     else:
-        if settings.registry is None:
-            raise RegistryError("no registry: pass --registry URL_OR_DIR or set VLLM_TVM_REGISTRY")
-        policy = TrustPolicy(settings.trusted_keys, settings.allow_unsigned)
-        signed = read_index(open_source(settings.registry, settings.timeout), policy)
+        signed = signed_index(settings)
         entry = choose_entry(signed, args.model_id, machine, args.dtype, args.weight_format)
         found = pull_entry(signed, args.model_id, entry, tqdm_progress(True))
         print(f"{args.model_id}: {entry.describe()} ({signed.trust})")

@@ -18,8 +18,6 @@ from typing import Protocol
 
 from vllm_tvm.registry.index import RegistryError
 
-DEFAULT_TIMEOUT_S = 30.0
-"""Seconds without a byte from the server before a read gives up."""
 DEFAULT_ATTEMPTS = 4
 """Tries per file; each one after the first resumes where the last stopped."""
 CHUNK_BYTES = 1 << 16
@@ -57,11 +55,12 @@ def download_file(
     destination: Path,
     size: int,
     progress: ProgressBar,
-    timeout: float = DEFAULT_TIMEOUT_S,
+    timeout: float,
     attempts: int = DEFAULT_ATTEMPTS,
 ) -> None:
     """Fetch `url` into `destination` until it holds `size` bytes, resuming a partial file
-    with `Range: bytes=N-`. Errors name the URL and the last cause."""
+    with `Range: bytes=N-`; a read gives up after `timeout` seconds without a byte. Errors
+    name the URL and the last cause."""
     last_problem = "no attempt made"
     for attempt in range(attempts):
         if attempt:

@@ -131,6 +131,16 @@ def choose_entry(
     return fits[-1]
 
 
+def pulled_fit(
+    model_id: str, machine: MachineTraits, dtype: str, weight_format: str
+) -> tuple[PulledModel | None, list[str]]:
+    """The newest pulled artifact of `model_id` that fits (no network), and why each other
+    pulled artifact does not."""
+    pulled = [m for m in pulled_models(model_id) if m.artifact_dir is not None]
+    fits, reasons = fitting_entries([m.entry for m in pulled], machine, dtype, weight_format)
+    return next((m for m in pulled if m.entry in fits), None), reasons
+
+
 def pull_entry(
     signed: SignedIndex,
     model_id: str,

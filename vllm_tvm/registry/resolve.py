@@ -16,16 +16,21 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from vllm_tvm.registry.http_download import DEFAULT_TIMEOUT_S
 from vllm_tvm.registry.index import MODEL_ID, RegistryError
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.engine.args import EngineArgs
+
+if TYPE_CHECKING:
+    from vllm_tvm.registry.pull import SignedIndex
 
 REGISTRY_ENV = "VLLM_TVM_REGISTRY"
 OFFLINE_ENV = "VLLM_TVM_OFFLINE"
 ALLOW_UNSIGNED_ENV = "VLLM_TVM_ALLOW_UNSIGNED"
 TIMEOUT_ENV = "VLLM_TVM_REGISTRY_TIMEOUT"
+DEFAULT_TIMEOUT_S = 30.0
+"""Seconds without a byte from the registry before a download gives up."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,17 @@ class RegistryModel:
     note: str
 
 
+def signed_index(settings: RegistrySettings) -> SignedIndex:
+    """The configured registry's index, its signature judged by the settings' trust."""
+    from vllm_tvm.registry.pull import TrustPolicy, read_index
+    from vllm_tvm.registry.sources import open_source
+
+    if settings.registry is None:
+        raise RegistryError(f"no registry: pass --registry URL_OR_DIR or set ${REGISTRY_ENV}")
+    policy = TrustPolicy(settings.trusted_keys, settings.allow_unsigned)
+    return read_index(open_source(settings.registry, settings.timeout), policy)
+
+
 def registry_engine_args(args: EngineArgs, settings: RegistrySettings) -> EngineArgs:
     """`args` on the pulled checkpoint (and artifact, when one fits) if `args.model` is a
     registry model id; otherwise `args` unchanged."""
@@ -99,28 +115,19 @@ def resolve_registry_model(
     if Path(model).expanduser().exists() or not MODEL_ID.fullmatch(model):
         return None
     from vllm_tvm.registry.machine import this_machine
-    from vllm_tvm.registry.pull import (
-        TrustPolicy,
-        choose_entry,
-        fitting_entries,
-        pull_entry,
-        read_index,
-        tqdm_progress,
-    )
-    from vllm_tvm.registry.sources import open_source
+    from vllm_tvm.registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
     from vllm_tvm.registry.store import pulled_models
 
     machine = this_machine(target_kind)
     if settings.registry is None or settings.offline:
+        found, _ = pulled_fit(model, machine, dtype, weight_format)
+        if found is not None:
+            return RegistryModel(
+                found.checkpoint_path,
+                found.artifact_dir,
+                f"using the pulled prebuilt artifact in {found.path} (offline)",
+            )
         pulled = pulled_models(model)
-        fits, _ = fitting_entries([m.entry for m in pulled], machine, dtype, weight_format)
-        for candidate in pulled:
-            if candidate.entry in fits and candidate.artifact_dir is not None:
-                return RegistryModel(
-                    candidate.checkpoint_path,
-                    candidate.artifact_dir,
-                    f"using the pulled prebuilt artifact in {candidate.path} (offline)",
-                )
         if pulled:
             return RegistryModel(
                 pulled[0].checkpoint_path,
@@ -128,8 +135,7 @@ def resolve_registry_model(
                 "no pulled prebuilt artifact fits this machine; compiling locally",
             )
         return None
-    policy = TrustPolicy(settings.trusted_keys, settings.allow_unsigned)
-    signed = read_index(open_source(settings.registry, settings.timeout), policy)
+    signed = signed_index(settings)
     if model not in signed.index.models:
         return None
     progress = tqdm_progress(show_progress)

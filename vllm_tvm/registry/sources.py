@@ -17,7 +17,6 @@ from typing import Protocol
 
 from vllm_tvm.registry.http_download import (
     DEFAULT_ATTEMPTS,
-    DEFAULT_TIMEOUT_S,
     ProgressBar,
     download_file,
     fetch_bytes,
@@ -39,8 +38,9 @@ class RegistrySource(Protocol):
         """Put the bytes of `file`'s blob at `destination` (a partial one may be resumed)."""
 
 
-def open_source(spec: str, timeout: float = DEFAULT_TIMEOUT_S) -> RegistrySource:
-    """The source `spec` names; a directory that does not exist is refused by name."""
+def open_source(spec: str, timeout: float) -> RegistrySource:
+    """The source `spec` names (`timeout`: seconds a read may wait for a byte); a directory
+    that does not exist is refused by name."""
     if spec.startswith(HF_PREFIX):
         repo, _, revision = spec[len(HF_PREFIX) :].partition("@")
         return HuggingFaceSource(repo, revision or None, timeout)
