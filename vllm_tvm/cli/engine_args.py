@@ -43,7 +43,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         default=None,
         help="HF model directory, .gguf file, or Hugging Face id (org/name) already in the "
-        f"local Hugging Face cache (default: the embedded {DEFAULT_MODEL_NAME}, Q4_1 GGUF); "
+        "local Hugging Face cache, or a model id of the --registry "
+        f"(default: the embedded {DEFAULT_MODEL_NAME}, Q4_1 GGUF); "
         "with --load-format dummy a directory with config.json only",
     )
     parser.add_argument(
