@@ -15,7 +15,7 @@ from vllm_tvm.registry.machine import this_machine
 from vllm_tvm.registry.pull import TrustPolicy, choose_entry, pull_entry, read_index
 from vllm_tvm.registry.signing import generate_keypair
 from vllm_tvm.registry.sources import open_source
-from vllm_tvm.registry.store import PulledModel, pulled_models, store_root
+from vllm_tvm.registry.store import PulledModel, pulled_models, remove, store_root
 
 
 class RecordingBar:
@@ -214,3 +214,14 @@ def test_an_interrupted_pull_is_resumed_by_the_next_one(
     assert (pulled.artifact_dir / "model.so").read_bytes() == registry.library.read_bytes()
     last_range = server.gets_of(blob)[-1]
     assert last_range is not None and int(last_range[6:-1]) >= 50_000, last_range
+
+
+def test_models_rm_also_drops_an_unfinished_pull(
+    registry: FakeRegistry, server: RegistryServer
+) -> None:
+    server.faults.stall_after[registry.blob_of("model.so")] = (50_000, 2.0)
+    with pytest.raises(RegistryError, match="timed out"):
+        pull(server.url, registry, timeout=0.3)
+    assert any(p.stat().st_size for p in store_root().rglob("*.partial") if p.is_file())
+    assert remove(MODEL_ID)
+    assert_store_empty()

@@ -113,12 +113,20 @@ def pulled_models(model_id: str | None = None) -> list[PulledModel]:
 
 
 def remove(model_id: str) -> list[Path]:
-    """Delete every placed entry of `model_id`; the directories removed."""
+    """Delete every placed entry of `model_id` and the files of its unfinished pulls; the
+    directories removed."""
     directory = model_dir(model_id)
-    if not directory.is_dir():
+    entry_pattern = "[0-9a-f]" * 16 + "*"  # an entry id, so `org` never matches `org/name`
+    partials = sorted(
+        store_root().joinpath(PARTIAL_DIR).glob(partial_dir(model_id, entry_pattern).name)
+    )
+    removed = sorted(p for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []
+    removed += [p for p in partials if p.is_dir()]
+    if not removed:
         raise RegistryError(f"no pulled model {model_id!r} in {store_root()}")
-    removed = sorted(p for p in directory.iterdir() if p.is_dir())
-    shutil.rmtree(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    for path in partials:
+        shutil.rmtree(path, ignore_errors=True)
     return removed
 
 
