@@ -83,6 +83,8 @@ class TrustPolicy:
 
 @dataclass(frozen=True)
 class SignedIndex:
+    """An index whose signature was judged, and the source it came from."""
+
     index: RegistryIndex
     trust: str
     """Who signed it, or why it was accepted unsigned."""

@@ -120,12 +120,13 @@ def resolve_registry_model(
 
     machine = this_machine(target_kind)
     if settings.registry is None or settings.offline:
+        why_local = "offline" if settings.offline else "no registry configured"
         found, _ = pulled_fit(model, machine, dtype, weight_format)
         if found is not None:
             return RegistryModel(
                 found.checkpoint_path,
                 found.artifact_dir,
-                f"using the pulled prebuilt artifact in {found.path} (offline)",
+                f"using the pulled prebuilt artifact in {found.path} ({why_local})",
             )
         pulled = pulled_models(model)
         if pulled:
