@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "compiler": {"checkpoints", "model_defs", "schedules", "kernels", "artifacts"},
     "runtime": {"checkpoints", "artifacts", "kernels"},
     "server": {"runtime", "checkpoints", "artifacts"},
-    "entrypoints": {"compiler", "runtime", "checkpoints", "artifacts"},
+    "registry": {"artifacts", "checkpoints", "runtime"},
+    "entrypoints": {"compiler", "runtime", "checkpoints", "artifacts", "registry"},
     "benchmarking": {"entrypoints", "runtime", "checkpoints", "artifacts"},
     "cli": {
         "entrypoints",
@@ -35,6 +36,7 @@ ALLOWED: dict[str, set[str]] = {
         "artifacts",
         "checkpoints",
         "model_defs",
+        "registry",
     },
 }
 """Which subpackages each one may import. Everything not listed is refused."""

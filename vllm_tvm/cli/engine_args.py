@@ -17,6 +17,8 @@ from typing import Any
 
 from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.cli.registry_args import add_registry_arguments, registry_settings_from_cli
+from vllm_tvm.registry.resolve import registry_engine_args
 from vllm_tvm.runtime.devices import DEVICES
 from vllm_tvm.runtime.engine.args import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -41,7 +43,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         default=None,
         help="HF model directory, .gguf file, or Hugging Face id (org/name) already in the "
-        f"local Hugging Face cache (default: the embedded {DEFAULT_MODEL_NAME}, Q4_1 GGUF); "
+        "local Hugging Face cache, or a model id of the --registry "
+        f"(default: the embedded {DEFAULT_MODEL_NAME}, Q4_1 GGUF); "
         "with --load-format dummy a directory with config.json only",
     )
     parser.add_argument(
@@ -103,12 +106,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="which logits returned logprobs describe " + _default("logprobs_mode"),
     )
     _int(parser, "--seed", "seed of unseeded sampling and of dummy weights")
+    add_registry_arguments(parser)
 
 
 def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> EngineArgs:
     """The engine options the command line gave; `defaults` fill the options it left unset
     (a command's own defaults), the rest keep EngineArgs'. No model: the embedded one (a
-    command resolves a Hugging Face id with `preflight.resolve_engine_model`)."""
+    command resolves a Hugging Face id with `preflight.resolve_engine_model`). A registry
+    model id is pulled (registry/resolve.py)."""
     given = {
         name: getattr(namespace, name)
         for name in ("model", *option_names())
@@ -122,7 +127,7 @@ def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> Engi
         from vllm_tvm.cli.default_model import default_model_path
 
         options["model"] = str(default_model_path())
-    return EngineArgs(**options)
+    return registry_engine_args(EngineArgs(**options), registry_settings_from_cli(namespace))
 
 
 def _default(name: str) -> str:

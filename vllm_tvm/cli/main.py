@@ -12,11 +12,26 @@ from vllm_tvm.cli import (
     bundle_cmd,
     compile_cmd,
     generate_cmd,
+    keygen_cmd,
+    models_cmd,
+    publish_cmd,
+    pull_cmd,
     serve_cmd,
     tokenize_cmd,
 )
 
-SUBCOMMANDS = (compile_cmd, generate_cmd, serve_cmd, bench_cmd, tokenize_cmd, bundle_cmd)
+SUBCOMMANDS = (
+    compile_cmd,
+    generate_cmd,
+    serve_cmd,
+    bench_cmd,
+    tokenize_cmd,
+    bundle_cmd,
+    keygen_cmd,
+    publish_cmd,
+    pull_cmd,
+    models_cmd,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -184,8 +184,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if model is None:
         model = str(default_model_path())
         served = served or [DEFAULT_MODEL_NAME]
+    engine = serve_engine_args(args, model)
+    if not served and str(engine.model) != model:
+        served = [model]  # a registry model id, pulled: served under its id
     return ServerConfig(
-        engine=serve_engine_args(args, model),
+        engine=engine,
         served_model_name=list(served or []),
         host=args.host,
         port=args.port,

@@ -17,6 +17,7 @@ from typing import Any
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
+from vllm_tvm.registry.resolve import RegistrySettings, registry_engine_args
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput, generate_all
@@ -55,14 +56,16 @@ Conversation = Sequence[Mapping[str, Any]]
 
 
 class LLM:
-    """A loaded model ready to generate. `model` is a local path or a Hugging Face id in the
-    local cache. `options` are `EngineArgs` fields (device, dtype, max_model_len, num_blocks,
+    """A loaded model ready to generate. `model` is a local path, a Hugging Face id in the
+    local cache, or a registry model id (pulled when $VLLM_TVM_REGISTRY holds it).
+    `options` are `EngineArgs` fields (device, dtype, max_model_len, num_blocks,
     load_format, skip_tokenizer_init, ...); any other name is refused with a TypeError naming
     it."""
 
     def __init__(self, model: str | Path, **options: Any) -> None:
         args = EngineArgs.from_options(model, **options)
-        self.model_path = resolve_model(model)
+        args = registry_engine_args(args, RegistrySettings.from_env())
+        self.model_path = resolve_model(args.model)
         args = replace(args, model=self.model_path)
         self.engine = LLMEngine.from_args(replace(args, artifact=artifact_for(args)))
         self.tokenizer = self.engine.tokenizer

@@ -1,0 +1,1 @@
+"""Prebuilt artifacts: a signed registry of compiled models, and pulls verified before use."""

@@ -1,0 +1,146 @@
+"""What this machine can run, and which registry entry fits it (or why none does).
+
+Why without TVM: a pull must decide before anything is fetched, on a serving box that may
+have only TVM's runtime. A CPU artifact is compiled for a processor (LLVM's `mcpu`), so it
+runs where the CPU has every instruction-set extension it may use; it is described by the
+machine (x86_64, aarch64) and those extensions, read from /proc/cpuinfo. A CUDA artifact
+embeds code for one GPU architecture; it runs on a GPU of that compute capability (`sm_90a`
+on 9.0), asked of the CUDA driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from vllm_tvm.registry.index import ArtifactEntry
+
+ISA_FEATURES = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512dq",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "asimd",
+    "asimddp",
+    "sve",
+    "sve2",
+)
+"""The CPU flags (as /proc/cpuinfo spells them) that decide whether LLVM's vector code runs."""
+
+CUDA_ATTRIBUTE_MAJOR = 75
+CUDA_ATTRIBUTE_MINOR = 76
+
+
+@dataclass(frozen=True)
+class MachineTraits:
+    """What an artifact must fit: the target kind and the features of that kind."""
+
+    target_kind: str
+    features: dict[str, object] = field(default_factory=dict)
+    tvm_version: str = ""
+
+
+def installed_tvm_version() -> str:
+    """The installed apache-tvm's version, read without importing TVM."""
+    try:
+        return metadata.version("apache-tvm")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def cpu_features() -> dict[str, object]:
+    """This CPU's machine name and its ISA_FEATURES."""
+    flags: set[str] = set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() in ("flags", "Features"):
+                flags.update(value.split())
+                break
+    return {"machine": platform.machine(), "isa": [f for f in ISA_FEATURES if f in flags]}
+
+
+def cuda_arch() -> str | None:
+    """The first GPU's architecture (`sm_90`), or None when no CUDA device answers."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    device = ctypes.c_int(0)
+    major, minor = ctypes.c_int(0), ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(device), 0) != 0:
+        return None
+    for attribute, value in ((CUDA_ATTRIBUTE_MAJOR, major), (CUDA_ATTRIBUTE_MINOR, minor)):
+        if driver.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) != 0:
+            return None
+    return f"sm_{major.value}{minor.value}"
+
+
+def this_machine(target_kind: str) -> MachineTraits:
+    """The traits of this machine for artifacts of `target_kind` (`llvm` or `cuda`)."""
+    if target_kind == "cuda":
+        arch = cuda_arch()
+        features: dict[str, object] = {"arch": arch} if arch else {}
+    else:
+        features = cpu_features()
+    return MachineTraits(target_kind, features, installed_tvm_version())
+
+
+def auto_target_kind() -> str:
+    """`cuda` when a CUDA GPU answers, else `llvm`."""
+    return "cuda" if cuda_arch() else "llvm"
+
+
+def why_not(
+    entry: ArtifactEntry, machine: MachineTraits, dtype: str, weight_format: str
+) -> str | None:
+    """Why `entry` does not run here with the asked dtype (`auto`: any) and weight format,
+    or None when it does."""
+    if entry.target_kind != machine.target_kind:
+        return f"built for {entry.target_kind}, this run needs {machine.target_kind}"
+    if entry.tvm_version != machine.tvm_version:
+        return f"built with TVM {entry.tvm_version}, installed TVM is {machine.tvm_version}"
+    if dtype != "auto" and entry.dtype != dtype:
+        return f"dtype {entry.dtype}, asked for {dtype}"
+    if entry.weight_format != weight_format:
+        return f"weight format {entry.weight_format}, asked for {weight_format}"
+    if entry.target_kind == "cuda":
+        return _cuda_mismatch(entry, machine)
+    return _cpu_mismatch(entry, machine)
+
+
+def _cuda_mismatch(entry: ArtifactEntry, machine: MachineTraits) -> str | None:
+    have = machine.features.get("arch")
+    if have is None:
+        return "no CUDA GPU answers on this machine"
+    built = str(entry.features.get("arch", "")).rstrip("af")
+    if built != have:
+        return f"built for {entry.features.get('arch')}, this GPU is {have}"
+    return None
+
+
+def _cpu_mismatch(entry: ArtifactEntry, machine: MachineTraits) -> str | None:
+    if entry.features.get("machine") != machine.features.get("machine"):
+        return (
+            f"built for {entry.features.get('machine')} CPUs, this is "
+            f"{machine.features.get('machine')}"
+        )
+    have = set(machine.features.get("isa", []))  # type: ignore[arg-type]
+    missing = [f for f in entry.features.get("isa", []) if f not in have]
+    if missing:
+        return "this CPU lacks " + ", ".join(missing)
+    return None

@@ -1,0 +1,151 @@
+"""A registry model id where a model is expected: `LLM(model="SmolLM2-135M-Instruct")`,
+`generate/serve/bench --model ...`.
+
+Why here: every front end names its model the same way, so one rule decides what a name
+that is not a local path means. When a registry is configured (`--registry` or
+$VLLM_TVM_REGISTRY) and holds the id, the entry that fits this machine is pulled (artifact
+and checkpoint); when none fits, only its checkpoint is pulled and the model is compiled
+locally; with no registry, or offline, a previously pulled entry is used. One line on stderr
+says which happened. A name that is a local path, or that no registry holds, is left to the
+checkpoint resolver (local path, Hugging Face cache).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vllm_tvm.registry.index import MODEL_ID, RegistryError
+from vllm_tvm.runtime.devices import target_kind_for
+from vllm_tvm.runtime.engine.args import EngineArgs
+
+if TYPE_CHECKING:
+    from vllm_tvm.registry.pull import SignedIndex
+
+REGISTRY_ENV = "VLLM_TVM_REGISTRY"
+OFFLINE_ENV = "VLLM_TVM_OFFLINE"
+ALLOW_UNSIGNED_ENV = "VLLM_TVM_ALLOW_UNSIGNED"
+TIMEOUT_ENV = "VLLM_TVM_REGISTRY_TIMEOUT"
+DEFAULT_TIMEOUT_S = 30.0
+"""Seconds without a byte from the registry before a download gives up."""
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """Which registry to use and how far to trust it."""
+
+    registry: str | None = None
+    trusted_keys: tuple[Path, ...] = ()
+    allow_unsigned: bool = False
+    offline: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+
+    @classmethod
+    def from_env(
+        cls,
+        registry: str | None = None,
+        trusted_keys: tuple[Path, ...] = (),
+        allow_unsigned: bool = False,
+        offline: bool = False,
+    ) -> RegistrySettings:
+        """The given settings, each unset one from the environment ($VLLM_TVM_REGISTRY,
+        $VLLM_TVM_ALLOW_UNSIGNED=1, $VLLM_TVM_OFFLINE=1, $VLLM_TVM_REGISTRY_TIMEOUT seconds;
+        trusted keys are also read from $VLLM_TVM_TRUSTED_KEYS when verifying)."""
+        return cls(
+            registry=registry or os.environ.get(REGISTRY_ENV) or None,
+            trusted_keys=tuple(trusted_keys),
+            allow_unsigned=allow_unsigned or os.environ.get(ALLOW_UNSIGNED_ENV) == "1",
+            offline=offline or os.environ.get(OFFLINE_ENV) == "1",
+            timeout=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)),
+        )
+
+
+@dataclass(frozen=True)
+class RegistryModel:
+    """What a registry id resolved to: the checkpoint, and the artifact unless none fits."""
+
+    checkpoint: Path
+    artifact: Path | None
+    note: str
+
+
+def signed_index(settings: RegistrySettings) -> SignedIndex:
+    """The configured registry's index, its signature judged by the settings' trust."""
+    from vllm_tvm.registry.pull import TrustPolicy, read_index
+    from vllm_tvm.registry.sources import open_source
+
+    if settings.registry is None:
+        raise RegistryError(f"no registry: pass --registry URL_OR_DIR or set ${REGISTRY_ENV}")
+    policy = TrustPolicy(settings.trusted_keys, settings.allow_unsigned)
+    return read_index(open_source(settings.registry, settings.timeout), policy)
+
+
+def registry_engine_args(args: EngineArgs, settings: RegistrySettings) -> EngineArgs:
+    """`args` on the pulled checkpoint (and artifact, when one fits) if `args.model` is a
+    registry model id; otherwise `args` unchanged."""
+    if args.artifact is not None:
+        return args
+    resolved = resolve_registry_model(
+        str(args.model),
+        target_kind_for(args.device),
+        args.dtype,
+        args.weight_format,
+        settings,
+        args.show_progress,
+    )
+    if resolved is None:
+        return args
+    print(f"vllm-tvm: {args.model}: {resolved.note}", file=sys.stderr, flush=True)
+    return replace(args, model=str(resolved.checkpoint), artifact=resolved.artifact)
+
+
+def resolve_registry_model(
+    model: str,
+    target_kind: str,
+    dtype: str,
+    weight_format: str,
+    settings: RegistrySettings,
+    show_progress: bool = True,
+) -> RegistryModel | None:
+    """The registry's answer for `model`, or None when it is a local path or no registry
+    (configured, or pulled before) holds it."""
+    if Path(model).expanduser().exists() or not MODEL_ID.fullmatch(model):
+        return None
+    from vllm_tvm.registry.machine import this_machine
+    from vllm_tvm.registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
+    from vllm_tvm.registry.store import pulled_models
+
+    machine = this_machine(target_kind)
+    if settings.registry is None or settings.offline:
+        why_local = "offline" if settings.offline else "no registry configured"
+        found, _ = pulled_fit(model, machine, dtype, weight_format)
+        if found is not None:
+            return RegistryModel(
+                found.checkpoint_path,
+                found.artifact_dir,
+                f"using the pulled prebuilt artifact in {found.path} ({why_local})",
+            )
+        pulled = pulled_models(model)
+        if pulled:
+            return RegistryModel(
+                pulled[0].checkpoint_path,
+                None,
+                "no pulled prebuilt artifact fits this machine; compiling locally",
+            )
+        return None
+    signed = signed_index(settings)
+    if model not in signed.index.models:
+        return None
+    progress = tqdm_progress(show_progress)
+    try:
+        entry = choose_entry(signed, model, machine, dtype, weight_format)
+    except RegistryError as no_fit:
+        fallback = signed.index.entries_of(model)[-1]
+        pulled = pull_entry(signed, model, fallback, progress, with_artifact=False)
+        return RegistryModel(pulled.checkpoint_path, None, f"{no_fit}\ncompiling locally")
+    pulled = pull_entry(signed, model, entry, progress)
+    note = f"pulled prebuilt artifact ({entry.describe()}) from {settings.registry}, {signed.trust}"
+    return RegistryModel(pulled.checkpoint_path, pulled.artifact_dir, note)
