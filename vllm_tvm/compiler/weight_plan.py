@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import ParamEntry
+from vllm_tvm.checkpoints.group_quantization import GROUP_SIZE, check_quantization
 from vllm_tvm.checkpoints.model_config import is_gguf, read_gguf_tensor_types
 from vllm_tvm.checkpoints.weight_formats import (
     DEQUANTIZED,
@@ -30,18 +31,37 @@ WeightSources = Callable[[str], tuple[list[str], int]]
 
 
 def plan_weight_formats(
-    model_path: Path, config: dict[str, Any], target: TargetSpec, dtype: str, mode: str
+    model_path: Path,
+    config: dict[str, Any],
+    target: TargetSpec,
+    dtype: str,
+    mode: str,
+    quantization: str | None = None,
 ) -> dict[str, str]:
     """Parameter name -> format name of every weight compiled quantized (empty: none).
 
     `mode` is `native` (GGUF weights of a supported quant type stay quantized) or
     `dequantized` (every weight is a float array, the path of checkpoints without blocks).
+    `quantization` (checkpoints/group_quantization.py) quantizes a float checkpoint's linear
+    and embedding weights whose rows are whole groups; a GGUF file is already quantized.
     """
     check_weight_format_mode(mode)
-    if mode == DEQUANTIZED or not is_gguf(model_path):
+    check_quantization(quantization)
+    if quantization is not None and is_gguf(model_path):
+        raise ValueError(
+            f"--quantization {quantization} applies to float checkpoints; {model_path} is a "
+            "GGUF file, already quantized (use --weight-format to choose how it is kept)"
+        )
+    if quantization is None and (mode == DEQUANTIZED or not is_gguf(model_path)):
         return {}
     family = family_for(config)
     model = family.build_model(family.parse_config(config), dtype, target.make_target())
+    if quantization is not None:
+        return {
+            name: quantization
+            for name, shape in quantizable_weights(model).items()
+            if int(shape[-1]) % GROUP_SIZE == 0
+        }
     candidates = {
         name: (family.weight_sources(name)[0], shape)
         for name, shape in quantizable_weights(model).items()
