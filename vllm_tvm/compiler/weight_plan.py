@@ -5,7 +5,9 @@ has a fused dequantizing matmul (weight_formats.FORMATS) is compiled to read its
 directly. The choice depends on the file's tensor types, not only on its config, so it is
 made here from the tensor infos (no weight data is read), becomes part of the compile
 request and its cache key, and is written per parameter into the manifest, from which the
-runtime repacks the blocks and refuses a checkpoint whose types differ.
+runtime repacks the blocks and refuses a checkpoint whose types differ. The same holds for
+FP8 safetensors weights (checkpoints/fp8_weights.py) and for float weights quantized at load
+(`--quantization`, checkpoints/group_quantization.py).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import ParamEntry
+from vllm_tvm.checkpoints.fp8_weights import FP8_FORMAT, SCALE_GROUP, Fp8Scheme, Fp8Weights
 from vllm_tvm.checkpoints.group_quantization import GROUP_SIZE, check_quantization
 from vllm_tvm.checkpoints.model_config import is_gguf, read_gguf_tensor_types
+from vllm_tvm.checkpoints.prequantized import prequantized_scheme
+from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 from vllm_tvm.checkpoints.weight_formats import (
     DEQUANTIZED,
     check_weight_format_mode,
@@ -47,15 +52,19 @@ def plan_weight_formats(
     """
     check_weight_format_mode(mode)
     check_quantization(quantization)
-    if quantization is not None and is_gguf(model_path):
+    gguf = is_gguf(model_path)
+    fp8 = None if gguf else prequantized_scheme(config)
+    if quantization is not None and (gguf or fp8 is not None):
         raise ValueError(
-            f"--quantization {quantization} applies to float checkpoints; {model_path} is a "
-            "GGUF file, already quantized (use --weight-format to choose how it is kept)"
+            f"--quantization {quantization} applies to float checkpoints; {model_path} is "
+            "already quantized (use --weight-format to choose how it is kept)"
         )
-    if quantization is None and (mode == DEQUANTIZED or not is_gguf(model_path)):
+    if quantization is None and (mode == DEQUANTIZED or (not gguf and fp8 is None)):
         return {}
     family = family_for(config)
     model = family.build_model(family.parse_config(config), dtype, target.make_target())
+    if fp8 is not None:
+        return _fp8_formats(model_path, model, family.weight_sources, fp8)
     if quantization is not None:
         return {
             name: quantization
@@ -67,6 +76,26 @@ def plan_weight_formats(
         for name, shape in quantizable_weights(model).items()
     }
     return choose_formats(candidates, read_gguf_tensor_types(model_path))
+
+
+def _fp8_formats(
+    model_path: Path, model: Any, weight_sources: WeightSources, scheme: Fp8Scheme
+) -> dict[str, str]:
+    """FP8 weights the fused kernel reads: all their tensors FP8, rows of whole scale groups
+    and block scales that tile them (others are dequantized at load)."""
+    source = Fp8Weights(SafetensorsWeights(model_path), scheme)
+    block_columns = scheme.block[1] if scheme.block else SCALE_GROUP
+    available = set(source.names())
+    chosen = {}
+    for name, shape in quantizable_weights(model).items():
+        tensors = weight_sources(name)[0]
+        if (
+            int(shape[-1]) % SCALE_GROUP == 0
+            and block_columns % SCALE_GROUP == 0
+            and all(t in available and source.is_fp8(t) for t in tensors)
+        ):
+            chosen[name] = FP8_FORMAT
+    return chosen
 
 
 def param_entry(

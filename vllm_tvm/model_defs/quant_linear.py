@@ -94,6 +94,26 @@ def _q6_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return scale * (q - _f32(32))
 
 
+def _fp8_e4m3(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """FP8 E4M3 (fn: no infinities) times its scale. The byte's fields are moved into an
+    fp32 bit pattern (exponent bias 7 -> 127, mantissa 3 -> 23 bits); subnormals (exponent
+    0) are mantissa * 2**-9. Exact: every E4M3 value is an fp32 value."""
+    bits = p.item("qs", row, col).astype("uint32")
+    sign = (bits >> tirx.const(7, "uint32")) << tirx.const(31, "uint32")
+    exponent = (bits >> tirx.const(3, "uint32")) & tirx.const(15, "uint32")
+    mantissa = bits & tirx.const(7, "uint32")
+    normal = tirx.reinterpret(
+        ACCUMULATION_DTYPE,
+        sign
+        | ((exponent + tirx.const(120, "uint32")) << tirx.const(23, "uint32"))
+        | (mantissa << tirx.const(20, "uint32")),
+    )
+    magnitude = mantissa.astype(ACCUMULATION_DTYPE) * _f32(2.0**-9)
+    subnormal = tirx.Select(sign == tirx.const(0, "uint32"), magnitude, -magnitude)
+    value = tirx.Select(exponent == tirx.const(0, "uint32"), subnormal, normal)
+    return value * p.value("s", row, col)
+
+
 def _f32(value: float) -> tirx.Expr:
     return tirx.const(value, ACCUMULATION_DTYPE)
 
@@ -105,6 +125,7 @@ _VALUE: dict[str, Value] = {
     "q4_k": _q4_k,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "fp8_e4m3": _fp8_e4m3,
 }
 
 
