@@ -33,8 +33,9 @@ def check_quantized_sources(entries: Sequence[ParamEntry], source: WeightSource)
         return
     if not _is_plane_source(source) and not hasattr(source, "raw"):
         raise WeightMismatchError(
-            f"parameter {quantized[0].name} is compiled to read {quantized[0].format} blocks, "
-            f"and this checkpoint stores none; {_RECOMPILE_HINT}"
+            f"parameter {quantized[0].name} is compiled to read {quantized[0].format} blocks of "
+            f"a quantized checkpoint (GGUF, FP8), and this checkpoint is not one; "
+            f"{_RECOMPILE_HINT}"
         )
     available = set(source.names())
     for entry in quantized:
