@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tiny_models import load_oracle
 
-from vllm_tvm.checkpoints.prequantized import prequantized_scheme
+from vllm_tvm.checkpoints.prequantized import check_prequantized
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -158,14 +158,14 @@ def test_fp8_dequantized_at_load_equals_fused(fp8_checkpoints) -> None:
         ({"quant_method": "hqq"}, "method 'hqq' is not supported"),
         ({"quant_method": "exl2"}, "method 'exl2' is not supported"),
         (
-            {"quant_method": "compressed-tensors", "format": "pack-quantized"},
-            "format 'pack-quantized' is not supported",
+            {"quant_method": "compressed-tensors", "format": "marlin-24"},
+            "format 'marlin-24' is not supported",
         ),
     ],
 )
 def test_unsupported_checkpoint_quantization_refused_by_name(quantization_config, message):
     with pytest.raises(ValueError, match=message):
-        prequantized_scheme({"quantization_config": quantization_config})
+        check_prequantized({"quantization_config": quantization_config})
 
 
 def test_group_quantization_of_an_fp8_checkpoint_refused(fp8_checkpoints) -> None:

@@ -141,8 +141,13 @@ class Fp8Weights:
         }
 
     def stored_type(self, name: str) -> str:
-        """`F8_E4M3` for an FP8 weight, else its numpy dtype name (reads no values)."""
-        return STORED_TYPE if self.is_fp8(name) else str(self._source.get(name).dtype)
+        """`F8_E4M3` for an FP8 weight the fused kernel reads, `F8_E4M3_BLOCKED` for one whose
+        block scales do not tile groups of 32 columns (read dequantized), else the dtype."""
+        if not self.is_fp8(name):
+            return str(self._source.get(name).dtype)
+        if self._scheme.block is not None and self._scheme.block[1] % SCALE_GROUP:
+            return f"{STORED_TYPE}_BLOCKED"
+        return STORED_TYPE
 
     def _scale(self, name: str, shape: tuple[int, int], columns_per_scale: int) -> np.ndarray:
         scale = self._source.get(scale_name(name, self._scheme))

@@ -100,6 +100,16 @@ FORMATS: dict[str, QuantFormat] = {
                 Plane("d", "float16", 256),
             ),
         ),
+        # int4 values, an fp16 scale and a zero point per group (checkpoints/int4_weights.py).
+        *(
+            QuantFormat(
+                f"int4_g{group}",
+                f"INT4_G{group}",
+                group,
+                (_NIBBLES, Plane("s", "float32", group), Plane("z", "uint8", group)),
+            )
+            for group in (32, 64, 128)
+        ),
         # FP8 E4M3 bytes and a float32 multiplier per 32 columns (checkpoints/fp8_weights.py).
         QuantFormat(
             "fp8_e4m3", "F8_E4M3", 32, (Plane("qs", "uint8", 1), Plane("s", "float32", 32))

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import ParamEntry
-from vllm_tvm.checkpoints.fp8_weights import FP8_FORMAT, SCALE_GROUP, Fp8Scheme, Fp8Weights
 from vllm_tvm.checkpoints.group_quantization import GROUP_SIZE, check_quantization
 from vllm_tvm.checkpoints.model_config import is_gguf, read_gguf_tensor_types
-from vllm_tvm.checkpoints.prequantized import prequantized_scheme
+from vllm_tvm.checkpoints.prequantized import is_prequantized, open_prequantized
 from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 from vllm_tvm.checkpoints.weight_formats import (
     DEQUANTIZED,
@@ -53,18 +52,18 @@ def plan_weight_formats(
     check_weight_format_mode(mode)
     check_quantization(quantization)
     gguf = is_gguf(model_path)
-    fp8 = None if gguf else prequantized_scheme(config)
-    if quantization is not None and (gguf or fp8 is not None):
+    prequantized = not gguf and is_prequantized(config)
+    if quantization is not None and (gguf or prequantized):
         raise ValueError(
             f"--quantization {quantization} applies to float checkpoints; {model_path} is "
             "already quantized (use --weight-format to choose how it is kept)"
         )
-    if quantization is None and (mode == DEQUANTIZED or (not gguf and fp8 is None)):
+    if quantization is None and (mode == DEQUANTIZED or not (gguf or prequantized)):
         return {}
     family = family_for(config)
     model = family.build_model(family.parse_config(config), dtype, target.make_target())
-    if fp8 is not None:
-        return _fp8_formats(model_path, model, family.weight_sources, fp8)
+    if prequantized:
+        return _prequantized_formats(model_path, config, model, family.weight_sources)
     if quantization is not None:
         return {
             name: quantization
@@ -78,24 +77,23 @@ def plan_weight_formats(
     return choose_formats(candidates, read_gguf_tensor_types(model_path))
 
 
-def _fp8_formats(
-    model_path: Path, model: Any, weight_sources: WeightSources, scheme: Fp8Scheme
+def _prequantized_formats(
+    model_path: Path, config: dict[str, Any], model: Any, weight_sources: WeightSources
 ) -> dict[str, str]:
-    """FP8 weights the fused kernel reads: all their tensors FP8, rows of whole scale groups
-    and block scales that tile them (others are dequantized at load)."""
-    source = Fp8Weights(SafetensorsWeights(model_path), scheme)
-    block_columns = scheme.block[1] if scheme.block else SCALE_GROUP
-    available = set(source.names())
-    chosen = {}
-    for name, shape in quantizable_weights(model).items():
-        tensors = weight_sources(name)[0]
-        if (
-            int(shape[-1]) % SCALE_GROUP == 0
-            and block_columns % SCALE_GROUP == 0
-            and all(t in available and source.is_fp8(t) for t in tensors)
-        ):
-            chosen[name] = FP8_FORMAT
-    return chosen
+    """Weights of a pre-quantized safetensors checkpoint that the fused kernels read: all
+    their tensors of one stored type that has a format (others are dequantized at load)."""
+    view = open_prequantized(SafetensorsWeights(model_path), config)
+    available = set(view.names())
+    candidates = {
+        name: (weight_sources(name)[0], shape) for name, shape in quantizable_weights(model).items()
+    }
+    tensor_types = {
+        tensor: view.stored_type(tensor)
+        for sources, _ in candidates.values()
+        for tensor in sources
+        if tensor in available
+    }
+    return choose_formats(candidates, tensor_types)
 
 
 def param_entry(

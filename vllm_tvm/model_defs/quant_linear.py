@@ -94,6 +94,12 @@ def _q6_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return scale * (q - _f32(32))
 
 
+def _int4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """GPTQ / AWQ / compressed-tensors int4: s * (q - z), q 4-bit, fp32 s and zero z per
+    group (checkpoints/int4_weights.py)."""
+    return p.value("s", row, col) * (p.field("qs", row, col) - p.value("z", row, col))
+
+
 def _fp8_e4m3(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """FP8 E4M3 (fn: no infinities) times its scale. The byte's fields are moved into an
     fp32 bit pattern (exponent bias 7 -> 127, mantissa 3 -> 23 bits); subnormals (exponent
@@ -126,6 +132,7 @@ _VALUE: dict[str, Value] = {
     "q5_k": _q5_k,
     "q6_k": _q6_k,
     "fp8_e4m3": _fp8_e4m3,
+    **{f"int4_g{group}": _int4 for group in (32, 64, 128)},
 }
 
 
