@@ -3,16 +3,17 @@
 Why this exists: an HF checkpoint's `config.json` names its quantization method; reading its
 tensors as if they were plain floats would run with wrong weights (or fail far from the
 cause on a missing `.weight`). Each supported method wraps the safetensors source in a view
-by HF weight name that applies its scales (checkpoints/fp8_weights.py,
-checkpoints/int4_weights.py) and reports each weight's stored type, from which the compiler
-picks the fused format; every other method is refused here by name, before a compile
-starts or a weight is read.
+by HF weight name that applies its scales (checkpoints/fp8_weights.py, int4_weights.py,
+fp4_weights.py) and reports each weight's stored type, from which the compiler picks the
+fused format; every other method is refused here by name, before a compile starts or a
+weight is read.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from vllm_tvm.checkpoints.fp4_weights import Nvfp4Weights, check_nvfp4
 from vllm_tvm.checkpoints.fp8_weights import Fp8Weights, fp8_scheme
 from vllm_tvm.checkpoints.int4_weights import Int4Weights, int4_scheme
 
@@ -21,6 +22,7 @@ SUPPORTED_METHODS = (
     "gptq (4-bit)",
     "awq (4-bit gemm)",
     "compressed-tensors (float-quantized FP8, pack-quantized int4)",
+    "modelopt (NVFP4)",
 )
 _COMPRESSED_TENSORS_FORMATS = ("float-quantized", "pack-quantized")
 
@@ -60,6 +62,9 @@ def _view_factory(config: dict[str, Any]) -> Any:
     if method in ("fp8", "compressed-tensors"):
         fp8 = fp8_scheme(quantization)
         return lambda source: Fp8Weights(source, fp8)
+    if method == "modelopt":
+        check_nvfp4(quantization)
+        return Nvfp4Weights
     if method in ("gptq", "awq"):
         int4 = int4_scheme(quantization)
         return lambda source: Int4Weights(source, int4)

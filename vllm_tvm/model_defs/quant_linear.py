@@ -43,11 +43,15 @@ class _Planes:
 
     def field(self, name: str, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
         """The bit field of (row, col) in a plane of packed uint32 words, as fp32."""
+        return self.field_bits(name, row, col).astype(ACCUMULATION_DTYPE)
+
+    def field_bits(self, name: str, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+        """The bit field of (row, col) in a plane of packed uint32 words, as uint32."""
         per_word = self._fmt.plane(name).values_per_item
         width = 32 // per_word
         shift = ((col % per_word) * width).astype("uint32")
         mask = tirx.const((1 << width) - 1, "uint32")
-        return ((self.item(name, row, col) >> shift) & mask).astype(ACCUMULATION_DTYPE)
+        return (self.item(name, row, col) >> shift) & mask
 
 
 Value = Callable[[_Planes, tirx.Expr, tirx.Expr], tirx.Expr]
@@ -100,6 +104,24 @@ def _int4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return p.value("s", row, col) * (p.field("qs", row, col) - p.value("z", row, col))
 
 
+def _nvfp4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """NVFP4: E2M1 code times its group's scale. Code bits: sign 3, exponent 2-1, mantissa 0;
+    exponent e > 0 gives 2**(e - 1) * (1 + m / 2), built as an fp32 bit pattern; e = 0 gives
+    m / 2. Exact, as for FP8."""
+    code = p.field_bits("qs", row, col)
+    exponent = (code >> tirx.const(1, "uint32")) & tirx.const(3, "uint32")
+    mantissa = code & tirx.const(1, "uint32")
+    normal = tirx.reinterpret(
+        ACCUMULATION_DTYPE,
+        ((exponent + tirx.const(126, "uint32")) << tirx.const(23, "uint32"))
+        | (mantissa << tirx.const(22, "uint32")),
+    )
+    small = mantissa.astype(ACCUMULATION_DTYPE) * _f32(0.5)
+    magnitude = tirx.Select(exponent == tirx.const(0, "uint32"), small, normal)
+    negative = (code >> tirx.const(3, "uint32")) == tirx.const(1, "uint32")
+    return tirx.Select(negative, -magnitude, magnitude) * p.value("s", row, col)
+
+
 def _fp8_e4m3(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """FP8 E4M3 (fn: no infinities) times its scale. The byte's fields are moved into an
     fp32 bit pattern (exponent bias 7 -> 127, mantissa 3 -> 23 bits); subnormals (exponent
@@ -132,6 +154,7 @@ _VALUE: dict[str, Value] = {
     "q5_k": _q5_k,
     "q6_k": _q6_k,
     "fp8_e4m3": _fp8_e4m3,
+    "nvfp4": _nvfp4,
     **{f"int4_g{group}": _int4 for group in (32, 64, 128)},
 }
 
