@@ -20,18 +20,19 @@ Weights whose row length is not a multiple of 32 stay float (compiler/weight_pla
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize, quantize
 
-from vllm_tvm.checkpoints.gguf_weights import RawTensor
+if TYPE_CHECKING:
+    from gguf import GGMLQuantizationType
 
-QUANTIZATION_METHODS: dict[str, GGMLQuantizationType] = {
-    "q8_0": GGMLQuantizationType.Q8_0,
-    "q4_0": GGMLQuantizationType.Q4_0,
-    "q4_1": GGMLQuantizationType.Q4_1,
-}
-"""`--quantization` methods -> the ggml block type each writes (the manifest's format name)."""
+    from vllm_tvm.checkpoints.gguf_weights import RawTensor
+
+QUANTIZATION_METHODS: dict[str, str] = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1"}
+"""`--quantization` methods -> the ggml block type each writes (the method is the manifest's
+format name). Names only: the `gguf` package is imported when weights are quantized, not
+by the option parsers that list the methods."""
 
 GROUP_SIZE = 32
 """Values that share one scale (and min) in every method."""
@@ -48,15 +49,25 @@ def check_quantization(method: str | None) -> str | None:
     return method
 
 
+def ggml_type(method: str) -> GGMLQuantizationType:
+    """The ggml block type `method` writes."""
+    from gguf import GGMLQuantizationType
+
+    return GGMLQuantizationType[QUANTIZATION_METHODS[method]]
+
+
 def quantize_rows(weight: np.ndarray, method: str) -> np.ndarray:
     """[rows, columns] float -> [rows, bytes per row] uint8 ggml blocks of `method`."""
-    return quantize(np.ascontiguousarray(weight, dtype=np.float32), QUANTIZATION_METHODS[method])
+    from gguf.quants import quantize
+
+    return quantize(np.ascontiguousarray(weight, dtype=np.float32), ggml_type(method))
 
 
 def round_trip(weight: np.ndarray, method: str) -> np.ndarray:
     """`weight` as the quantized model sees it: quantized, then dequantized (fp32)."""
-    qtype = QUANTIZATION_METHODS[method]
-    return dequantize(quantize_rows(weight, method), qtype).reshape(weight.shape)
+    from gguf.quants import dequantize
+
+    return dequantize(quantize_rows(weight, method), ggml_type(method)).reshape(weight.shape)
 
 
 def relative_error(weight: np.ndarray, method: str) -> float:
@@ -89,7 +100,7 @@ class GroupQuantizedWeights:
 
     def quant_type(self, name: str) -> GGMLQuantizationType:
         """The block type every quantized weight gets (reads no tensor data)."""
-        return QUANTIZATION_METHODS[self._method]
+        return ggml_type(self._method)
 
     def raw(self, name: str) -> RawTensor:
         """Tensor `name` quantized into blocks, one HF row per array row."""
@@ -99,5 +110,7 @@ class GroupQuantizedWeights:
                 f"tensor {name!r} of shape {list(weight.shape)} cannot be quantized in groups "
                 f"of {GROUP_SIZE}"
             )
+        from vllm_tvm.checkpoints.gguf_weights import RawTensor
+
         blocks = quantize_rows(weight, self._method)
-        return RawTensor(blocks, QUANTIZATION_METHODS[self._method], tuple(weight.shape))
+        return RawTensor(blocks, ggml_type(self._method), tuple(weight.shape))
