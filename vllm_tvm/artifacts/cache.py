@@ -30,9 +30,11 @@ def artifact_key(
     tvm_version: str,
     build_source: str,
     weight_formats: Mapping[str, str] | None = None,
+    quantization: str | None = None,
 ) -> str:
     """The cache key of one compile (`build_source`: the digest of the code that builds the
-    library; `weight_formats`: the weights compiled quantized)."""
+    library; `weight_formats`: the weights compiled quantized; `quantization`: the method
+    that quantizes a float checkpoint's weights at load, None for none)."""
     parts: dict[str, object] = {
         "config": config_hash,
         "target": target,
@@ -42,6 +44,8 @@ def artifact_key(
     }
     if weight_formats:
         parts["weight_formats"] = dict(weight_formats)
+    if quantization is not None:
+        parts["quantization"] = quantization
     blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

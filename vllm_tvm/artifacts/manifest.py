@@ -67,6 +67,9 @@ class Manifest:
     attention: str | None = None
     """Compile options that shaped the library (CUDA-graph capture, GEMM and attention
     kernels); None in manifests written before they were recorded."""
+    quantization: str | None = None
+    """Group quantization the loader applies to a float checkpoint's weights
+    (checkpoints/group_quantization.py); None: the weights are read as stored."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

@@ -119,6 +119,7 @@ def _conditions(
         "device_name": device_name,
         "dtype": manifest.dtype,
         "weight_format": options.weight_format,
+        "quantization": manifest.quantization,
         "target": manifest.target,
         "artifact": str(artifact),
         "workload": workload.source,

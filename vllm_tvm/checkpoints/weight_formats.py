@@ -44,7 +44,10 @@ class Plane:
 
 @dataclass(frozen=True)
 class QuantFormat:
-    """A ggml block type kept quantized: its planes and the values one block holds."""
+    """A stored type kept quantized: its planes and the values one block holds.
+
+    `ggml_type` names the stored type: a ggml block type for GGUF tensors and for float
+    weights quantized at load, `F8_E4M3` for FP8 safetensors weights."""
 
     name: str
     ggml_type: str
@@ -96,6 +99,22 @@ FORMATS: dict[str, QuantFormat] = {
                 Plane("sc", "int8", 16),
                 Plane("d", "float16", 256),
             ),
+        ),
+        # int4 values, an fp16 scale and a zero point per group (checkpoints/int4_weights.py).
+        *(
+            QuantFormat(
+                f"int4_g{group}",
+                f"INT4_G{group}",
+                group,
+                (_NIBBLES, Plane("s", "float32", group), Plane("z", "uint8", group)),
+            )
+            for group in (32, 64, 128)
+        ),
+        # E2M1 codes and a float32 scale per 16 columns (checkpoints/fp4_weights.py).
+        QuantFormat("nvfp4", "NVFP4", 16, (_NIBBLES, Plane("s", "float32", 16))),
+        # FP8 E4M3 bytes and a float32 multiplier per 32 columns (checkpoints/fp8_weights.py).
+        QuantFormat(
+            "fp8_e4m3", "F8_E4M3", 32, (Plane("qs", "uint8", 1), Plane("s", "float32", 32))
         ),
     )
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from vllm_tvm.checkpoints.group_quantization import QUANTIZATION_METHODS
 from vllm_tvm.checkpoints.weight_formats import WEIGHT_FORMAT_MODES
 from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_TIR, GEMM_BACKENDS
 from vllm_tvm.runtime.engine.args import default_of
@@ -30,6 +31,18 @@ def add_weight_format_argument(parser: argparse.ArgumentParser) -> None:
         default=default_of("weight_format"),
         help="native: keep GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights quantized on the device "
         "(dequantized inside the matmul); dequantized: dequantize every weight at load",
+    )
+
+
+def add_quantization_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--quantization` (vLLM's name; default none: weights as the checkpoint stores them)."""
+    parser.add_argument(
+        "--quantization",
+        "-q",
+        choices=tuple(QUANTIZATION_METHODS),
+        default=default_of("quantization"),
+        help="quantize a float checkpoint's weights in groups of 32 when they load: q8_0, "
+        "q4_0 (symmetric) or q4_1 (with a min); the matmuls dequantize inside the kernel",
     )
 
 

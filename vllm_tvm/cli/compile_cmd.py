@@ -9,6 +9,7 @@ from vllm_tvm.cli.common_args import (
     add_attention_argument,
     add_dtype_argument,
     add_gemm_argument,
+    add_quantization_argument,
     add_weight_format_argument,
 )
 
@@ -27,6 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_dtype_argument(parser)
     add_weight_format_argument(parser)
+    add_quantization_argument(parser)
     add_gemm_argument(parser)
     add_attention_argument(parser)
     parser.add_argument(
@@ -42,7 +44,13 @@ def run(args: argparse.Namespace) -> int:
     from vllm_tvm.compiler.build import compile_cached, compile_model, make_request
 
     request = make_request(
-        args.model, args.target, args.dtype, args.weight_format, args.gemm, args.attention
+        args.model,
+        args.target,
+        args.dtype,
+        args.weight_format,
+        args.gemm,
+        args.attention,
+        args.quantization,
     )
     if args.output is None:
         artifact = compile_cached(request)

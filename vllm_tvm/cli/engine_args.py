@@ -15,7 +15,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
+from vllm_tvm.cli.common_args import (
+    add_dtype_argument,
+    add_quantization_argument,
+    add_weight_format_argument,
+)
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.registry_args import add_registry_arguments, registry_settings_from_cli
 from vllm_tvm.registry.resolve import registry_engine_args
@@ -53,6 +57,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=DEVICES, default=None, help=_default("device"))
     add_dtype_argument(parser)
     add_weight_format_argument(parser)
+    add_quantization_argument(parser)
     parser.add_argument(
         "--load-format",
         choices=LOAD_FORMATS,

@@ -38,7 +38,6 @@ NOT_IMPLEMENTED = (
     "--tensor-parallel-size",
     "--pipeline-parallel-size",
     "--data-parallel-size",
-    "--quantization",
     "--enable-lora",
     "--lora-modules",
     "--trust-remote-code",

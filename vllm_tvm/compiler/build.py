@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from vllm_tvm.compiler.export import ExportedModel, export_model
 from vllm_tvm.compiler.gemm_dispatch import calls_cublaslt
 from vllm_tvm.compiler.library_metadata import library_metadata
 from vllm_tvm.compiler.pipeline import LibraryContents, lowering_pipeline, rewrite_pipeline
+from vllm_tvm.compiler.quantization_report import format_report, quantization_errors
 from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.source_digest import compiler_source_digest
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
@@ -49,6 +51,7 @@ def make_request(
     weight_format: str = NATIVE,
     gemm: str = "auto",
     attention: str = ATTENTION_TIR,
+    quantization: str | None = None,
 ) -> CompileRequest:
     """Validate user-facing compile options (target name, dtype, weight format) into a request.
 
@@ -56,7 +59,8 @@ def make_request(
     the device, `dequantized` stores every weight as a float array. `gemm`: `cublaslt` runs
     float16/bfloat16 matmuls with a run-time row count through cuBLASLt (CUDA only), `tir`
     keeps every matmul a TIR kernel, `auto` is `cublaslt` where it applies. `attention`:
-    `tir` or `flashinfer` (compiler/attention.py).
+    `tir` or `flashinfer` (compiler/attention.py). `quantization`: quantize a float
+    checkpoint's weights in groups (checkpoints/group_quantization.py), None: as stored.
     """
     model_path = Path(model)
     config = read_model_config(model_path)
@@ -71,14 +75,23 @@ def make_request(
         raise ValueError(
             f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
-    formats = plan_weight_formats(model_path, config, spec, resolved_dtype, weight_format)
+    formats = plan_weight_formats(
+        model_path, config, spec, resolved_dtype, weight_format, quantization
+    )
     resolved_gemm = _resolve_gemm(gemm, spec, resolved_dtype)
     resolved_attention = resolve_attention(attention, spec.kind, resolved_dtype)
     # Static-shape regions (all of `decode_single` between KV-cache calls) are captured into
     # CUDA graphs at run time, removing per-kernel launch and VM overhead.
     cuda_graph = spec.kind == "cuda" and os.environ.get(CUDA_GRAPH_ENV, "1") != "0"
     return CompileRequest(
-        model_path, spec, resolved_dtype, formats, cuda_graph, resolved_gemm, resolved_attention
+        model_path,
+        spec,
+        resolved_dtype,
+        formats,
+        cuda_graph,
+        resolved_gemm,
+        resolved_attention,
+        quantization,
     )
 
 
@@ -117,6 +130,7 @@ def cache_key_for(request: CompileRequest) -> str:
         tvm.__version__,
         compiler_source_digest(),
         request.weight_formats,
+        request.quantization,
     )
 
 
@@ -156,6 +170,8 @@ def build_library(exported: ExportedModel, request: CompileRequest) -> BuiltLibr
 def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool = True) -> Path:
     """Compile `request` into the artifact directory `output_dir` (replaced atomically)."""
     started = time.perf_counter()
+    if request.quantization is not None:
+        _report_quantization(request, show_progress)
     stages = tqdm(total=3, desc="compile", unit="stage", disable=not show_progress)
     stages.set_postfix_str("export")
     exported = export_model(request)
@@ -175,6 +191,15 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
     stages.update()
     stages.close()
     return artifact
+
+
+def _report_quantization(request: CompileRequest, show_progress: bool) -> None:
+    """Print each quantized tensor's relative error (compiler/quantization_report.py)."""
+    family = family_for(read_model_config(request.model_path))
+    errors = quantization_errors(
+        request.model_path, request.weight_formats, family.weight_sources, show_progress
+    )
+    print(format_report(str(request.quantization), errors), file=sys.stderr)
 
 
 def compile_cached(request: CompileRequest, show_progress: bool = True) -> Path:

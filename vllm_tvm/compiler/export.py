@@ -89,5 +89,6 @@ def export_model(request: CompileRequest) -> ExportedModel:
         cuda_graph=request.cuda_graph,
         gemm=request.gemm,
         attention=request.attention,
+        quantization=request.quantization,
     )
     return ExportedModel(mod, manifest, link_options)

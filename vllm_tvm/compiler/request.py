@@ -26,3 +26,6 @@ class CompileRequest:
     cuda_graph: bool = False
     gemm: str = GEMM_TIR
     attention: str = ATTENTION_TIR
+    quantization: str | None = None
+    """Group quantization of a float checkpoint's weights at load (checkpoints/
+    group_quantization.py); None: weights load as the checkpoint stores them."""

@@ -5,7 +5,9 @@ has a fused dequantizing matmul (weight_formats.FORMATS) is compiled to read its
 directly. The choice depends on the file's tensor types, not only on its config, so it is
 made here from the tensor infos (no weight data is read), becomes part of the compile
 request and its cache key, and is written per parameter into the manifest, from which the
-runtime repacks the blocks and refuses a checkpoint whose types differ.
+runtime repacks the blocks and refuses a checkpoint whose types differ. The same holds for
+FP8 safetensors weights (checkpoints/fp8_weights.py) and for float weights quantized at load
+(`--quantization`, checkpoints/group_quantization.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import ParamEntry
+from vllm_tvm.checkpoints.group_quantization import GROUP_SIZE, check_quantization
 from vllm_tvm.checkpoints.model_config import is_gguf, read_gguf_tensor_types
+from vllm_tvm.checkpoints.prequantized import is_prequantized, open_prequantized
+from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 from vllm_tvm.checkpoints.weight_formats import (
     DEQUANTIZED,
     check_weight_format_mode,
@@ -30,23 +35,65 @@ WeightSources = Callable[[str], tuple[list[str], int]]
 
 
 def plan_weight_formats(
-    model_path: Path, config: dict[str, Any], target: TargetSpec, dtype: str, mode: str
+    model_path: Path,
+    config: dict[str, Any],
+    target: TargetSpec,
+    dtype: str,
+    mode: str,
+    quantization: str | None = None,
 ) -> dict[str, str]:
     """Parameter name -> format name of every weight compiled quantized (empty: none).
 
     `mode` is `native` (GGUF weights of a supported quant type stay quantized) or
     `dequantized` (every weight is a float array, the path of checkpoints without blocks).
+    `quantization` (checkpoints/group_quantization.py) quantizes a float checkpoint's linear
+    and embedding weights whose rows are whole groups; a GGUF file is already quantized.
     """
     check_weight_format_mode(mode)
-    if mode == DEQUANTIZED or not is_gguf(model_path):
+    check_quantization(quantization)
+    gguf = is_gguf(model_path)
+    prequantized = not gguf and is_prequantized(config)
+    if quantization is not None and (gguf or prequantized):
+        raise ValueError(
+            f"--quantization {quantization} applies to float checkpoints; {model_path} is "
+            "already quantized (use --weight-format to choose how it is kept)"
+        )
+    if quantization is None and (mode == DEQUANTIZED or not (gguf or prequantized)):
         return {}
     family = family_for(config)
     model = family.build_model(family.parse_config(config), dtype, target.make_target())
+    if prequantized:
+        return _prequantized_formats(model_path, config, model, family.weight_sources)
+    if quantization is not None:
+        return {
+            name: quantization
+            for name, shape in quantizable_weights(model).items()
+            if int(shape[-1]) % GROUP_SIZE == 0
+        }
     candidates = {
         name: (family.weight_sources(name)[0], shape)
         for name, shape in quantizable_weights(model).items()
     }
     return choose_formats(candidates, read_gguf_tensor_types(model_path))
+
+
+def _prequantized_formats(
+    model_path: Path, config: dict[str, Any], model: Any, weight_sources: WeightSources
+) -> dict[str, str]:
+    """Weights of a pre-quantized safetensors checkpoint that the fused kernels read: all
+    their tensors of one stored type that has a format (others are dequantized at load)."""
+    view = open_prequantized(SafetensorsWeights(model_path), config)
+    available = set(view.names())
+    candidates = {
+        name: (weight_sources(name)[0], shape) for name, shape in quantizable_weights(model).items()
+    }
+    tensor_types = {
+        tensor: view.stored_type(tensor)
+        for sources, _ in candidates.values()
+        for tensor in sources
+        if tensor in available
+    }
+    return choose_formats(candidates, tensor_types)
 
 
 def param_entry(

@@ -31,13 +31,17 @@ def resolve_artifact(
     dtype: str,
     show_progress: bool = True,
     weight_format: str = NATIVE,
+    quantization: str | None = None,
 ) -> Path:
-    """The cached artifact for (model config, device's target, dtype, weight format),
-    compiled if absent. `weight_format`: `native` keeps supported GGUF quant types
-    quantized on the device, `dequantized` stores every weight as floats."""
+    """The cached artifact for (model config, device's target, dtype, weight format,
+    quantization), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
+    types quantized on the device, `dequantized` stores every weight as floats;
+    `quantization`: a group-quantization method for a float checkpoint's weights."""
     from vllm_tvm.compiler.build import compile_cached, make_request
 
-    request = make_request(model, target_kind_for(device), dtype, weight_format)
+    request = make_request(
+        model, target_kind_for(device), dtype, weight_format, quantization=quantization
+    )
     return compile_cached(request, show_progress)
 
 
@@ -47,7 +51,12 @@ def artifact_for(args: EngineArgs) -> Path:
     if args.artifact is not None:
         return Path(args.artifact)
     return resolve_artifact(
-        args.model, args.device, args.dtype, args.show_progress, args.weight_format
+        args.model,
+        args.device,
+        args.dtype,
+        args.show_progress,
+        args.weight_format,
+        args.quantization,
     )
 
 

@@ -43,11 +43,15 @@ class _Planes:
 
     def field(self, name: str, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
         """The bit field of (row, col) in a plane of packed uint32 words, as fp32."""
+        return self.field_bits(name, row, col).astype(ACCUMULATION_DTYPE)
+
+    def field_bits(self, name: str, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+        """The bit field of (row, col) in a plane of packed uint32 words, as uint32."""
         per_word = self._fmt.plane(name).values_per_item
         width = 32 // per_word
         shift = ((col % per_word) * width).astype("uint32")
         mask = tirx.const((1 << width) - 1, "uint32")
-        return ((self.item(name, row, col) >> shift) & mask).astype(ACCUMULATION_DTYPE)
+        return (self.item(name, row, col) >> shift) & mask
 
 
 Value = Callable[[_Planes, tirx.Expr, tirx.Expr], tirx.Expr]
@@ -94,6 +98,50 @@ def _q6_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return scale * (q - _f32(32))
 
 
+def _int4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """GPTQ / AWQ / compressed-tensors int4: s * (q - z), q 4-bit, fp32 s and zero z per
+    group (checkpoints/int4_weights.py)."""
+    return p.value("s", row, col) * (p.field("qs", row, col) - p.value("z", row, col))
+
+
+def _nvfp4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """NVFP4: E2M1 code times its group's scale. Code bits: sign 3, exponent 2-1, mantissa 0;
+    exponent e > 0 gives 2**(e - 1) * (1 + m / 2), built as an fp32 bit pattern; e = 0 gives
+    m / 2. Exact, as for FP8."""
+    code = p.field_bits("qs", row, col)
+    exponent = (code >> tirx.const(1, "uint32")) & tirx.const(3, "uint32")
+    mantissa = code & tirx.const(1, "uint32")
+    normal = tirx.reinterpret(
+        ACCUMULATION_DTYPE,
+        ((exponent + tirx.const(126, "uint32")) << tirx.const(23, "uint32"))
+        | (mantissa << tirx.const(22, "uint32")),
+    )
+    small = mantissa.astype(ACCUMULATION_DTYPE) * _f32(0.5)
+    magnitude = tirx.Select(exponent == tirx.const(0, "uint32"), small, normal)
+    negative = (code >> tirx.const(3, "uint32")) == tirx.const(1, "uint32")
+    return tirx.Select(negative, -magnitude, magnitude) * p.value("s", row, col)
+
+
+def _fp8_e4m3(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """FP8 E4M3 (fn: no infinities) times its scale. The byte's fields are moved into an
+    fp32 bit pattern (exponent bias 7 -> 127, mantissa 3 -> 23 bits); subnormals (exponent
+    0) are mantissa * 2**-9. Exact: every E4M3 value is an fp32 value."""
+    bits = p.item("qs", row, col).astype("uint32")
+    sign = (bits >> tirx.const(7, "uint32")) << tirx.const(31, "uint32")
+    exponent = (bits >> tirx.const(3, "uint32")) & tirx.const(15, "uint32")
+    mantissa = bits & tirx.const(7, "uint32")
+    normal = tirx.reinterpret(
+        ACCUMULATION_DTYPE,
+        sign
+        | ((exponent + tirx.const(120, "uint32")) << tirx.const(23, "uint32"))
+        | (mantissa << tirx.const(20, "uint32")),
+    )
+    magnitude = mantissa.astype(ACCUMULATION_DTYPE) * _f32(2.0**-9)
+    subnormal = tirx.Select(sign == tirx.const(0, "uint32"), magnitude, -magnitude)
+    value = tirx.Select(exponent == tirx.const(0, "uint32"), subnormal, normal)
+    return value * p.value("s", row, col)
+
+
 def _f32(value: float) -> tirx.Expr:
     return tirx.const(value, ACCUMULATION_DTYPE)
 
@@ -105,6 +153,9 @@ _VALUE: dict[str, Value] = {
     "q4_k": _q4_k,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "fp8_e4m3": _fp8_e4m3,
+    "nvfp4": _nvfp4,
+    **{f"int4_g{group}": _int4 for group in (32, 64, 128)},
 }
 
 

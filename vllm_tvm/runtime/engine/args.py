@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vllm_tvm.checkpoints.group_quantization import check_quantization
 from vllm_tvm.checkpoints.weight_formats import NATIVE, check_weight_format_mode
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.sampling.params import LogprobsMode, check_logprobs_mode
@@ -39,9 +40,9 @@ class EngineArgs:
     """Everything that shapes an engine, with the reference server's defaults.
 
     `artifact` None means the artifact is still to be resolved (compiled on first use) from
-    (`model`, `device`, `dtype`, `weight_format`) by the entry point; the engine itself
-    needs it resolved. The KV pool is `num_blocks` x `block_size` tokens, or sized from
-    `kv_cache_memory` bytes, or from `gpu_memory_utilization` (the fraction of the device
+    (`model`, `device`, `dtype`, `weight_format`, `quantization`) by the entry point; the
+    engine itself needs it resolved. The KV pool is `num_blocks` x `block_size` tokens, or
+    sized from `kv_cache_memory` bytes, or from `gpu_memory_utilization` (the fraction of the device
     this process may use, measured after the weights are loaded); at most one of the three,
     none: DEFAULT_NUM_BLOCKS. `max_model_len` None fits the model's length to the pool;
     `max_num_batched_tokens` None is DEFAULT_MAX_NUM_BATCHED_TOKENS. `load_format` is one of
@@ -54,6 +55,7 @@ class EngineArgs:
     device: str = "cpu"
     dtype: str = "auto"
     weight_format: str = NATIVE
+    quantization: str | None = None
     load_format: str = AUTO
     max_model_len: int | None = None
     max_num_seqs: int = 32
@@ -72,6 +74,7 @@ class EngineArgs:
     def __post_init__(self) -> None:
         target_kind_for(self.device)
         check_weight_format_mode(self.weight_format)
+        check_quantization(self.quantization)
         check_load_format(self.load_format)
         check_logprobs_mode(self.logprobs_mode)
 

@@ -77,7 +77,10 @@ class ModelRunner:
                 f"got {len(params)} parameters; the artifact takes {len(self.manifest.params)}"
             )
         self.params = params or load_params(
-            self.manifest.params, open_weights(model_path), self.device, show_progress
+            self.manifest.params,
+            open_weights(model_path, self.manifest.quantization),
+            self.device,
+            show_progress,
         )
         self.config = self.manifest.model_config
         self.vocab_size = int(self.config["vocab_size"])

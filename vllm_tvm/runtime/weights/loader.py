@@ -38,16 +38,30 @@ _NUMPY_DTYPES = {
 }
 
 
-def open_weights(model_path: str | Path) -> WeightSource:
-    """The weight source of a model directory (safetensors) or a GGUF file."""
+def open_weights(model_path: str | Path, quantization: str | None = None) -> WeightSource:
+    """The weight source of a model directory (safetensors, with its declared quantization's
+    scales applied: checkpoints/prequantized.py) or a GGUF file; with a `quantization`
+    method, a float checkpoint whose weights are quantized as they are read."""
     path = Path(model_path)
     if path.is_file() and path.suffix == ".gguf":
         from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
+        if quantization is not None:
+            raise WeightMismatchError(
+                f"the artifact quantizes a float checkpoint's weights ({quantization}); "
+                f"{path} is a GGUF file: compile an artifact for it without --quantization"
+            )
         return GGUFWeights(path)
+    from vllm_tvm.checkpoints.model_config import read_model_config
+    from vllm_tvm.checkpoints.prequantized import open_prequantized
     from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 
-    return SafetensorsWeights(path)
+    source = open_prequantized(SafetensorsWeights(path), read_model_config(path))
+    if quantization is None:
+        return source
+    from vllm_tvm.checkpoints.group_quantization import GroupQuantizedWeights
+
+    return GroupQuantizedWeights(source, quantization)
 
 
 def _to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:

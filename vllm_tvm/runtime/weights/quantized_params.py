@@ -1,10 +1,15 @@
 """Loading the parameters an artifact reads as quantized blocks (manifest `format` != float).
 
-Why this exists: such a parameter is one plane of a weight whose GGUF blocks the kernel
+Why this exists: such a parameter is one plane of a weight whose stored blocks the kernel
 dequantizes itself, so it is only right for a checkpoint that stores exactly those blocks.
 `check_quantized_sources` refuses any other checkpoint by tensor name before a byte of
-weight data is read; `QuantizedPlanes` repacks each weight once (checkpoints/gguf_repack.py)
-and hands out its planes in the manifest's order, concatenating fused q/k/v and gate/up row-wise.
+weight data is read; `QuantizedPlanes` gets each weight's planes once and hands them out in
+the manifest's order, concatenating fused q/k/v and gate/up row-wise.
+
+Two kinds of source keep weights quantized: block sources (GGUF files, float checkpoints
+quantized at load) offer ggml blocks (`raw`, `quant_type`) that checkpoints/gguf_repack.py
+rearranges; plane sources (FP8 safetensors: checkpoints/fp8_weights.py) offer the planes
+themselves (`planes`, `stored_type`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import numpy as np
 
 from vllm_tvm.artifacts.manifest import ParamEntry
 from vllm_tvm.checkpoints.gguf_repack import repack
-from vllm_tvm.checkpoints.weight_formats import FLOAT, quant_format
+from vllm_tvm.checkpoints.weight_formats import FLOAT, QuantFormat, quant_format
 from vllm_tvm.runtime.weights.loader import WeightMismatchError, WeightSource
 
 _RECOMPILE_HINT = "compile the artifact for this checkpoint, or with --weight-format dequantized"
@@ -26,10 +31,11 @@ def check_quantized_sources(entries: Sequence[ParamEntry], source: WeightSource)
     quantized = [entry for entry in entries if entry.format != FLOAT]
     if not quantized:
         return
-    if not hasattr(source, "raw") or not hasattr(source, "quant_type"):
+    if not _is_plane_source(source) and not hasattr(source, "raw"):
         raise WeightMismatchError(
             f"parameter {quantized[0].name} is compiled to read {quantized[0].format} blocks of "
-            f"a GGUF file, and this checkpoint is not one; {_RECOMPILE_HINT}"
+            f"a quantized checkpoint (GGUF, FP8), and this checkpoint is not one; "
+            f"{_RECOMPILE_HINT}"
         )
     available = set(source.names())
     for entry in quantized:
@@ -45,7 +51,7 @@ def check_quantized_sources(entries: Sequence[ParamEntry], source: WeightSource)
                 raise WeightMismatchError(
                     f"checkpoint has no tensor '{name}' (needed for parameter {entry.name})"
                 )
-            stored = source.quant_type(name).name  # type: ignore[attr-defined]
+            stored = _stored_type(source, name)
             if stored != fmt.ggml_type:
                 raise WeightMismatchError(
                     f"checkpoint tensor '{name}' is stored as {stored}; the artifact reads it "
@@ -78,10 +84,27 @@ class QuantizedPlanes:
 
     def _repack(self, entry: ParamEntry) -> dict[str, np.ndarray]:
         fmt = quant_format(entry.format)
-        parts = [repack(self._source.raw(name), fmt) for name in entry.sources]  # type: ignore[attr-defined]
+        parts = [_weight_planes(self._source, name, fmt) for name in entry.sources]
         return {
             plane.name: np.concatenate([part[plane.name] for part in parts], axis=0)
             if len(parts) > 1
             else parts[0][plane.name]
             for plane in fmt.planes
         }
+
+
+def _is_plane_source(source: WeightSource) -> bool:
+    return hasattr(source, "planes") and hasattr(source, "stored_type")
+
+
+def _stored_type(source: WeightSource, name: str) -> str:
+    """The stored type's name of tensor `name` (a ggml type name, or `F8_E4M3`)."""
+    if _is_plane_source(source):
+        return source.stored_type(name)  # type: ignore[attr-defined]
+    return source.quant_type(name).name  # type: ignore[attr-defined]
+
+
+def _weight_planes(source: WeightSource, name: str, fmt: QuantFormat) -> dict[str, np.ndarray]:
+    if _is_plane_source(source):
+        return source.planes(name)  # type: ignore[attr-defined]
+    return repack(source.raw(name), fmt)  # type: ignore[attr-defined]

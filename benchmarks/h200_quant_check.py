@@ -1,0 +1,98 @@
+"""Pre-quantized checkpoints on a GPU, checked: the fused dequantizing CUDA kernels give the
+tokens and logits of transformers on the dequantized weights.
+
+Why this exists: the CPU tests prove each format's fused kernel (FP8 E4M3, int4 groups of
+GPTQ / AWQ / compressed-tensors, NVFP4) against transformers on the weights dequantized by
+the formats' reference formulas. On CUDA the same TIR goes through dlight's GPU schedules
+and nvcc, which only a GPU run checks. This script runs there with prebuilt float32 CUDA
+artifacts and a runtime-only TVM (it never compiles):
+
+    PYTHONPATH=<tvm bundle>:<code> python3 benchmarks/h200_quant_check.py \
+        --case NAME QUANTIZED_DIR DEQUANTIZED_DIR ARTIFACT [--case ...] --out r.json
+
+`QUANTIZED_DIR` is the checkpoint as the format stores it, `DEQUANTIZED_DIR` the same model
+with every quantized weight replaced by its dequantized fp32 value (transformers' input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Paged attention keeps"]
+NEW_TOKENS = 40
+LOGIT_TOLERANCE = 1e-4
+
+
+def check_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[str, Any]:
+    """Greedy tokens and prefill logits of our CUDA engine against transformers (fp32, GPU)."""
+    import numpy as np
+    import torch
+    import transformers
+
+    from vllm_tvm.entrypoints.llm import LLM
+    from vllm_tvm.runtime.sampling.params import SamplingParams
+
+    llm = LLM(quantized, artifact=artifact, device="cuda", show_progress=False)
+    formats = sorted({p.format for p in llm.runner.manifest.params})
+    oracle = transformers.AutoModelForCausalLM.from_pretrained(
+        dequantized, dtype=torch.float32
+    ).cuda()
+    oracle.eval()
+    oracle.generation_config.eos_token_id = None
+    oracle.generation_config.pad_token_id = 0
+    ids = llm.tokenizer.encode(PROMPTS[2])
+    llm.runner.kv_cache.add_sequence(1)
+    try:
+        logits = llm.runner.prefill([1], [ids], logit_positions=range(len(ids)))
+    finally:
+        llm.runner.kv_cache.remove_sequence(1)
+    with torch.no_grad():
+        expected = oracle(torch.tensor([ids]).cuda()).logits[0].float().cpu().numpy()
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    equal = []
+    for output in llm.generate(PROMPTS, params):
+        prompt = torch.tensor([output.prompt_token_ids]).cuda()
+        with torch.no_grad():
+            out = oracle.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
+        equal.append(output.outputs[0].token_ids == out[0, prompt.shape[1] :].tolist())
+    max_diff = float(np.abs(logits - expected).max())
+    return {
+        "formats": formats,
+        "target": llm.runner.manifest.target,
+        "dtype": llm.runner.manifest.dtype,
+        "prefill_logits_max_abs_diff": max_diff,
+        "logits_within_tolerance": max_diff <= LOGIT_TOLERANCE,
+        "greedy_equal_per_prompt": equal,
+        "passed": max_diff <= LOGIT_TOLERANCE and all(equal),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", nargs=4, action="append", required=True,
+                        metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    import torch
+
+    results: dict[str, Any] = {
+        "script": "benchmarks/h200_quant_check.py",
+        "device": torch.cuda.get_device_name(0),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "new_tokens": NEW_TOKENS,
+        "logit_tolerance": LOGIT_TOLERANCE,
+        "cases": {},
+    }
+    for name, quantized, dequantized, artifact in args.case:
+        results["cases"][name] = check_case(Path(quantized), Path(dequantized), Path(artifact))
+        print(name, json.dumps(results["cases"][name]), flush=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    return 0 if all(case["passed"] for case in results["cases"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""FP8 E4M3 safetensors checkpoints: per-tensor, per-channel and block scales.
+
+The checkpoints are made here from a tiny fp32 model with a quantizer written from the
+formats' public descriptions (vLLM's `fp8` per-tensor layout, compressed-tensors
+`float-quantized` per-channel, transformers/DeepSeek block scales `weight_scale_inv`):
+q = fp8(w / s) with s = absmax / 448 per tensor, row or block, stored by torch as
+`float8_e4m3fn`. Oracle: transformers with every weight replaced by q * s (fp32). Our fused
+kernel decodes the E4M3 bytes in TIR and multiplies by the same scale, so logits agree
+within 1e-4 and greedy tokens exactly; `--weight-format dequantized` multiplies at load.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from tiny_models import load_oracle
+
+from vllm_tvm.checkpoints.prequantized import check_prequantized
+from vllm_tvm.compiler.build import make_request
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.runtime.sampling.params import SamplingParams
+
+E4M3_MAX = 448.0
+PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Paged attention keeps"]
+NEW_TOKENS = 40
+BLOCK = 32
+
+SCHEMES = {
+    "per_tensor": {"quant_method": "fp8", "activation_scheme": "dynamic"},
+    "per_channel": {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+            }
+        },
+        "ignore": ["lm_head"],
+    },
+    "block": {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [BLOCK, BLOCK],
+    },
+}
+
+
+def _scales(weight: torch.Tensor, scheme: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(stored scale tensor, scale expanded to the weight's shape)."""
+    rows, columns = weight.shape
+    if scheme == "per_tensor":
+        scale = weight.abs().max() / E4M3_MAX
+        return scale.reshape(()), scale.expand(rows, columns)
+    if scheme == "per_channel":
+        scale = weight.abs().amax(dim=1, keepdim=True) / E4M3_MAX
+        return scale, scale.expand(rows, columns)
+    blocks = weight.reshape(rows // BLOCK, BLOCK, columns // BLOCK, BLOCK)
+    scale = blocks.abs().amax(dim=(1, 3)) / E4M3_MAX
+    expanded = scale.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
+    return scale, expanded
+
+
+def write_fp8_checkpoint(source_dir: Path, dest: Path, scheme: str) -> dict[str, torch.Tensor]:
+    """An FP8 copy of the tiny checkpoint; returns the dequantized weights (the oracle's)."""
+    shutil.copytree(source_dir, dest)
+    config = json.loads((dest / "config.json").read_text())
+    config["quantization_config"] = SCHEMES[scheme]
+    (dest / "config.json").write_text(json.dumps(config))
+    scale_suffix = "weight_scale_inv" if scheme == "block" else "weight_scale"
+    tensors: dict[str, torch.Tensor] = {}
+    dequantized: dict[str, torch.Tensor] = {}
+    for path in dest.glob("*.safetensors"):
+        for name, weight in load_file(path).items():
+            if not name.endswith("proj.weight"):
+                tensors[name] = weight
+                continue
+            stored, scale = _scales(weight.float(), scheme)
+            values = (weight.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+            tensors[name] = values
+            tensors[name.removesuffix("weight") + scale_suffix] = stored.contiguous()
+            dequantized[name] = values.float() * scale
+        path.unlink()
+    save_file(tensors, dest / "model.safetensors")
+    return dequantized
+
+
+def _oracle(model_dir: Path, dequantized: dict[str, torch.Tensor]):
+    oracle = load_oracle(model_dir.parent / "float")
+    state = oracle.state_dict()
+    with torch.no_grad():
+        for name, weight in dequantized.items():
+            state[name].copy_(weight)
+    return oracle
+
+
+@pytest.fixture(scope="module")
+def fp8_checkpoints(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fp8")
+    shutil.copytree(tiny_model_dir("llama"), root / "float")
+    return {
+        scheme: (root / scheme, write_fp8_checkpoint(root / "float", root / scheme, scheme))
+        for scheme in SCHEMES
+    }
+
+
+def _prefill_logits(llm: LLM, ids: list[int]) -> np.ndarray:
+    llm.runner.kv_cache.add_sequence(5)
+    try:
+        return llm.runner.prefill([5], [ids], logit_positions=range(len(ids)))
+    finally:
+        llm.runner.kv_cache.remove_sequence(5)
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_fp8_fused_equals_transformers_on_dequantized_weights(scheme, fp8_checkpoints) -> None:
+    model_dir, dequantized = fp8_checkpoints[scheme]
+    llm = LLM(model_dir, device="cpu", show_progress=False)
+    formats = {p.format for p in llm.runner.manifest.params}
+    assert "fp8_e4m3" in formats
+    oracle = _oracle(model_dir, dequantized)
+    ids = llm.tokenizer.encode(PROMPTS[2])
+    with torch.no_grad():
+        expected = oracle(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(_prefill_logits(llm, ids) - expected).max() <= 1e-4
+
+    oracle.generation_config.eos_token_id = None
+    oracle.generation_config.pad_token_id = 0
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    for output in llm.generate(PROMPTS, params):
+        prompt = torch.tensor([output.prompt_token_ids])
+        with torch.no_grad():
+            out = oracle.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
+        assert output.outputs[0].token_ids == out[0, prompt.shape[1] :].tolist()
+
+
+def test_fp8_dequantized_at_load_equals_fused(fp8_checkpoints) -> None:
+    model_dir, dequantized = fp8_checkpoints["block"]
+    llm = LLM(model_dir, device="cpu", weight_format="dequantized", show_progress=False)
+    assert {p.format for p in llm.runner.manifest.params} == {"float"}
+    ids = llm.tokenizer.encode(PROMPTS[0])
+    with torch.no_grad():
+        expected = _oracle(model_dir, dequantized)(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(_prefill_logits(llm, ids) - expected).max() <= 1e-4
+
+
+@pytest.mark.parametrize(
+    ("quantization_config", "message"),
+    [
+        ({"quant_method": "awq", "bits": 4}, "method 'awq' is not supported"),
+        ({"quant_method": "bitsandbytes"}, "method 'bitsandbytes' is not supported"),
+        ({"quant_method": "hqq"}, "method 'hqq' is not supported"),
+        ({"quant_method": "exl2"}, "method 'exl2' is not supported"),
+        (
+            {"quant_method": "compressed-tensors", "format": "marlin-24"},
+            "format 'marlin-24' is not supported",
+        ),
+    ],
+)
+def test_unsupported_checkpoint_quantization_refused_by_name(quantization_config, message):
+    with pytest.raises(ValueError, match=message):
+        check_prequantized({"quantization_config": quantization_config})
+
+
+def test_group_quantization_of_an_fp8_checkpoint_refused(fp8_checkpoints) -> None:
+    model_dir, _ = fp8_checkpoints["per_tensor"]
+    with pytest.raises(ValueError, match="already quantized"):
+        make_request(model_dir, quantization="q4_0")
