@@ -73,8 +73,13 @@ def check_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", nargs=4, action="append", required=True,
-                        metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"))
+    parser.add_argument(
+        "--case",
+        nargs=4,
+        action="append",
+        required=True,
+        metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"),
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     import torch

@@ -98,8 +98,13 @@ def registry_engine_args(args: EngineArgs, settings: RegistrySettings) -> Engine
     )
     if resolved is None:
         return args
-    print(f"vllm-tvm: {args.model}: {resolved.note}", file=sys.stderr, flush=True)
-    return replace(args, model=str(resolved.checkpoint), artifact=resolved.artifact)
+    artifact, note = resolved.artifact, resolved.note
+    if artifact is not None and args.quantization is not None:
+        # Registry entries are not keyed by load-time quantization: build that one here.
+        artifact = None
+        note += f"; compiling locally for --quantization {args.quantization}"
+    print(f"vllm-tvm: {args.model}: {note}", file=sys.stderr, flush=True)
+    return replace(args, model=str(resolved.checkpoint), artifact=artifact)
 
 
 def resolve_registry_model(
