@@ -72,6 +72,33 @@ TINY_MODELS = {
         TinyModelSpec("mistral", "MistralConfig", {"sliding_window": None}),
         TinyModelSpec("qwen2_tied_bias", "Qwen2Config", {"tie_word_embeddings": True}),
         TinyModelSpec("qwen3_qknorm", "Qwen3Config", {"head_dim": 32}),
+        TinyModelSpec(
+            "mixtral_top2", "MixtralConfig", {"num_local_experts": 4, "num_experts_per_tok": 2}
+        ),
+        TinyModelSpec(
+            "qwen2_moe_shared_dense_first",
+            "Qwen2MoeConfig",
+            {
+                "num_experts": 8,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32,
+                "shared_expert_intermediate_size": 48,
+                "mlp_only_layers": [0],
+            },
+        ),
+        TinyModelSpec(
+            "qwen3_moe_sparse_step",
+            "Qwen3MoeConfig",
+            {
+                "num_hidden_layers": 3,
+                "num_experts": 8,
+                "num_experts_per_tok": 3,
+                "moe_intermediate_size": 32,
+                "decoder_sparse_step": 2,
+                "norm_topk_prob": True,
+                "head_dim": 32,
+            },
+        ),
     ]
 }
 

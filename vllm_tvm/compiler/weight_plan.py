@@ -41,10 +41,11 @@ def plan_weight_formats(
     if mode == DEQUANTIZED or not is_gguf(model_path):
         return {}
     family = family_for(config)
-    model = family.build_model(family.parse_config(config), dtype, target.make_target())
+    parsed = family.parse_config(config)
+    model = family.build_model(parsed, dtype, target.make_target())
+    weight_sources = family.sources_for(parsed)
     candidates = {
-        name: (family.weight_sources(name)[0], shape)
-        for name, shape in quantizable_weights(model).items()
+        name: (weight_sources(name)[0], shape) for name, shape in quantizable_weights(model).items()
     }
     return choose_formats(candidates, read_gguf_tensor_types(model_path))
 
