@@ -1,6 +1,7 @@
-"""Mixture-of-experts models (model_defs/moe.py): a decode step reads only the chosen
-experts' weights, the engine's batching rules stay exact on them, and expert families the
-definitions lack are refused by name.
+"""Mixture-of-experts models (model_defs/moe.py) and DeepSeek's latent attention
+(model_defs/deepseek.py): a decode step reads only the chosen experts' weights, the
+engine's batching rules stay exact on them, the MLA cache holds one latent + rope key per
+token, and expert families the definitions lack are refused by name.
 
 Greedy tokens and prefill logits against transformers run for every tiny model in
 tests/test_generate_matches_transformers.py, batched == one at a time in
@@ -24,6 +25,8 @@ from vllm_tvm.runtime.sampling.params import SamplingParams
 
 SHARED_EXPERT_MODEL = "qwen2_moe_shared_dense_first"
 """Dense layer 0, then a routed layer with 8 experts (top 2) and a shared expert."""
+MLA_MODEL = "deepseek_v3_mla_qlora_groups"
+"""DeepSeek-V3 shape: q-LoRA, kv_lora_rank 32, rope dim 8, yarn, 4 groups of 2 experts."""
 
 
 def _chosen_experts(model_dir, token_ids_: list[int]) -> list[int]:
@@ -82,7 +85,7 @@ def _poison_unchosen_experts(runner, chosen: list[int], experts: int) -> None:
         runner.params[index] = runner._tvm.runtime.tensor(weight, runner.device)
 
 
-@pytest.mark.parametrize("name", ["mixtral_top2", "qwen3_moe_sparse_step"])
+@pytest.mark.parametrize("name", ["mixtral_top2", "qwen3_moe_sparse_step", MLA_MODEL])
 def test_chunked_prefill_equals_whole_prefill(name: str, make_llm) -> None:
     whole = make_llm(name)
     chunked = make_llm(name, max_num_batched_tokens=8)
@@ -91,10 +94,11 @@ def test_chunked_prefill_equals_whole_prefill(name: str, make_llm) -> None:
     assert token_ids(chunked.generate(prompts, GREEDY)) == expected
 
 
-def test_prefix_cache_hit_and_preemption_equal_plain_runs(make_llm) -> None:
+@pytest.mark.parametrize("name", [SHARED_EXPERT_MODEL, MLA_MODEL])
+def test_prefix_cache_hit_and_preemption_equal_plain_runs(name: str, make_llm) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    roomy = make_llm(SHARED_EXPERT_MODEL, block_size=16)
-    tight = make_llm(SHARED_EXPERT_MODEL, block_size=16, num_blocks=8)
+    roomy = make_llm(name, block_size=16)
+    tight = make_llm(name, block_size=16, num_blocks=8)
     prompts = prompts_of_lengths(roomy, [20, 18, 22, 19])
     expected = token_ids(roomy.generate(prompts, params))
     assert token_ids(tight.generate(prompts, params)) == expected
@@ -144,3 +148,29 @@ def test_top_k_beyond_the_expert_count_is_refused() -> None:
                 "num_experts_per_tok": 3,
             }
         )
+
+
+def test_the_mla_cache_holds_one_latent_and_rope_key_per_token(make_llm) -> None:
+    runner = make_llm(MLA_MODEL).runner
+    config = runner.config
+    assert (config["kv_lora_rank"], config["qk_rope_head_dim"]) == (32, 8)
+    assert runner.kv_bytes_per_token == (32 + 8) * config["num_hidden_layers"] * 4
+
+
+def test_one_token_chunks_of_a_prefill_call_equal_decode(make_llm) -> None:
+    """A step whose every chunk is one token runs as `decode` (the MLA cache appends those
+    before attention); the rows asked for come back in their order."""
+    runner = make_llm(MLA_MODEL).runner
+    prompts = [[5, 9, 14], [7, 3]]
+    for seq_id, prompt in enumerate(prompts):
+        runner.kv_cache.add_sequence(seq_id)
+        runner.prefill([seq_id], [prompt])
+    try:
+        expected = runner.decode([0, 1], [21, 22])
+        for seq_id in (0, 1):
+            runner.kv_cache.popn(seq_id, 1)
+        swapped = runner.prefill([0, 1], [[21], [22]], logit_positions=[1, 0])
+    finally:
+        for seq_id in (0, 1):
+            runner.kv_cache.remove_sequence(seq_id)
+    np.testing.assert_allclose(swapped, expected[::-1], rtol=0, atol=1e-6)

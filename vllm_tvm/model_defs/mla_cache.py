@@ -74,9 +74,7 @@ def mla_paged_attention_cpu(heads: int, latent: int, rope: int, dtype: str) -> t
         page_values_offset = T.int32()
         length_info_offset = T.int32()
         q = T.match_buffer(var_q, (tokens, heads, width), dtype)
-        q_indptr = T.match_buffer(
-            var_q_indptr, (batch + 1,), "int32", elem_offset=q_indptr_offset
-        )
+        q_indptr = T.match_buffer(var_q_indptr, (batch + 1,), "int32", elem_offset=q_indptr_offset)
         pages = T.match_buffer(
             var_pages, (max_pages, PAGE_SIZE, width), dtype, elem_offset=pages_offset
         )
@@ -113,7 +111,9 @@ def mla_paged_attention_cpu(heads: int, latent: int, rope: int, dtype: str) -> t
                             num_pages > 0, (num_pages - 1) * PAGE_SIZE + length_info[b], 0
                         )
                         q_len: T.int32 = q_indptr[b + 1] - q_indptr[b]
-                        visible: T.int32 = T.if_then_else(causal > 0, kv_len - q_len + row + 1, kv_len)
+                        visible: T.int32 = T.if_then_else(
+                            causal > 0, kv_len - q_len + row + 1, kv_len
+                        )
                         state[0] = T.float32(-3.0e38)
                         state[1] = T.float32(0)
                         for c in T.serial(latent):
@@ -171,7 +171,7 @@ def copy_single_page_mla_cpu(width: int, dtype: str) -> tirx.PrimFunc:
 class CPUMLAPagedKVCache(PagedKVCache):
     """The runtime paged KV cache in MLA mode, with CPU kernels (see the module docstring)."""
 
-    def __init__(  # noqa: PLR0913 - the runtime constructor's arguments
+    def __init__(
         self,
         max_batch_size: tirx.Var,
         max_total_seq_len: tirx.Var,

@@ -38,6 +38,8 @@ from vllm_tvm.model_defs.moe_config import MoEConfig
 
 EXPERT_PROJECTIONS = ("gate_up_proj", "down_proj")
 """The stacked parameters of a layer's `experts`."""
+SHARED_EXPERT_NAMES = ("shared_expert", "shared_experts")
+"""HF names of the always-on expert (Qwen2-MoE) / experts (DeepSeek)."""
 SHARED_GATE_UP = ("gate_proj", "up_proj")
 """The checkpoint tensors of the shared expert's fused gate/up projection."""
 
@@ -191,10 +193,11 @@ def moe_weight_sources(config: MoEConfig, param_name: str) -> tuple[list[str], i
 
     A stacked expert projection is every expert's tensor in expert order (gate and up
     interleaved per expert, so expert e's rows are [gate_e; up_e]); the rest is llama's."""
-    shared = ".shared_expert.gate_up_proj."
-    if shared in param_name:
-        prefix, suffix = param_name.split(shared)
-        return [f"{prefix}.shared_expert.{part}.{suffix}" for part in SHARED_GATE_UP], 0
+    for shared in SHARED_EXPERT_NAMES:
+        marker = f".{shared}.gate_up_proj."
+        if marker in param_name:
+            prefix, suffix = param_name.split(marker)
+            return [f"{prefix}.{shared}.{part}.{suffix}" for part in SHARED_GATE_UP], 0
     prefix, _, projection = param_name.rpartition(".experts.")
     if projection not in EXPERT_PROJECTIONS:
         return fused_weight_sources(param_name)

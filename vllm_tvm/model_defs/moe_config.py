@@ -29,8 +29,6 @@ REFUSED_MOE_ARCHITECTURES = {
     "Qwen3NextForCausalLM": "Qwen3-Next (hybrid linear attention)",
     "JambaForCausalLM": "Jamba (hybrid Mamba layers)",
     "GraniteMoeHybridForCausalLM": "Granite-4 hybrid (Mamba layers)",
-    "DeepseekV2ForCausalLM": "DeepSeek-V2 (multi-head latent attention)",
-    "DeepseekV3ForCausalLM": "DeepSeek-V3 (multi-head latent attention)",
 }
 """Expert models with parts the definitions here lack, refused by name before a compile."""
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from tvm.relax.frontend import nn
 
-from vllm_tvm.model_defs import llama, moe
+from vllm_tvm.model_defs import deepseek, llama, moe
 from vllm_tvm.model_defs.config import LlamaFamilyConfig, parse_llama_family_config
+from vllm_tvm.model_defs.deepseek_config import DEEPSEEK_ARCHITECTURES, parse_deepseek_config
 from vllm_tvm.model_defs.moe_config import (
     MOE_ARCHITECTURES,
     REFUSED_MOE_ARCHITECTURES,
@@ -65,12 +66,21 @@ _MOE_FAMILY = ModelFamily(
     config_weight_sources=moe.moe_weight_sources,
 )
 
+_DEEPSEEK_FAMILY = ModelFamily(
+    name="deepseek",
+    parse_config=parse_deepseek_config,
+    build_model=deepseek.DeepseekForCausalLM,
+    weight_sources=llama.fused_weight_sources,
+    config_weight_sources=moe.moe_weight_sources,
+)
+
 ARCHITECTURES: dict[str, ModelFamily] = {
     "LlamaForCausalLM": _LLAMA_FAMILY,
     "MistralForCausalLM": _LLAMA_FAMILY,
     "Qwen2ForCausalLM": _LLAMA_FAMILY,
     "Qwen3ForCausalLM": _LLAMA_FAMILY,
     **dict.fromkeys(MOE_ARCHITECTURES, _MOE_FAMILY),
+    **dict.fromkeys(DEEPSEEK_ARCHITECTURES, _DEEPSEEK_FAMILY),
 }
 
 
