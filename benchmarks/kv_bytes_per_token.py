@@ -46,10 +46,7 @@ def main() -> None:
         runner.resize_kv_cache(16)
         runner.resize_kv_cache(tokens)
         grown[tokens] = _virtual_bytes() - base
-    slopes = [
-        (grown[high] - grown[low]) / (high - low)
-        for low, high in pairwise(TOKENS)
-    ]
+    slopes = [(grown[high] - grown[low]) / (high - low) for low, high in pairwise(TOKENS)]
     config = runner.config
     report = {
         "benchmark": "kv_bytes_per_token",
