@@ -69,27 +69,26 @@ def _head_matmul(
     reduce_rows (absorb W_UK): out[t, h, c] = sum_n x[t, h, n] * W[h, offset + n, c];
     else (apply W_UV): out[t, h, v] = sum_c x[t, h, c] * W[h, offset + v, c]."""
     tokens, heads, width = x.shape
-    latent = weight.shape[-1]
     k = te.reduce_axis((0, width), name="k")
     if reduce_rows:
-        return te.compute(
-            (tokens, heads, latent),
-            lambda t, h, c: te.sum(
-                x[t, h, k].astype(ACCUMULATION_DTYPE)
-                * weight[h, offset + k, c].astype(ACCUMULATION_DTYPE),
-                axis=k,
-            ).astype(x.dtype),
-            name="mla_absorb_uk",
-        )
-    return te.compute(
-        (tokens, heads, rows),
-        lambda t, h, v: te.sum(
-            x[t, h, k].astype(ACCUMULATION_DTYPE)
-            * weight[h, offset + v, k].astype(ACCUMULATION_DTYPE),
-            axis=k,
-        ).astype(x.dtype),
-        name="mla_apply_uv",
-    )
+        shape = (tokens, heads, weight.shape[-1])
+
+        def product(t: tirx.Var, h: tirx.Var, c: tirx.Var) -> tirx.PrimExpr:
+            return x[t, h, k].astype(ACCUMULATION_DTYPE) * weight[h, offset + k, c].astype(
+                ACCUMULATION_DTYPE
+            )
+    else:
+        shape = (tokens, heads, rows)
+
+        def product(t: tirx.Var, h: tirx.Var, v: tirx.Var) -> tirx.PrimExpr:
+            return x[t, h, k].astype(ACCUMULATION_DTYPE) * weight[h, offset + v, k].astype(
+                ACCUMULATION_DTYPE
+            )
+
+    acc = te.compute(shape, lambda *i: te.sum(product(*i), axis=k), name="mla_head_matmul_acc")
+    if x.dtype == ACCUMULATION_DTYPE:
+        return acc
+    return te.compute(shape, lambda *i: acc[i].astype(x.dtype), name="mla_head_matmul")
 
 
 class MLAAttention(nn.Module):
