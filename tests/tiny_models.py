@@ -72,6 +72,80 @@ TINY_MODELS = {
         TinyModelSpec("mistral", "MistralConfig", {"sliding_window": None}),
         TinyModelSpec("qwen2_tied_bias", "Qwen2Config", {"tie_word_embeddings": True}),
         TinyModelSpec("qwen3_qknorm", "Qwen3Config", {"head_dim": 32}),
+        TinyModelSpec(
+            "mixtral_top2", "MixtralConfig", {"num_local_experts": 4, "num_experts_per_tok": 2}
+        ),
+        TinyModelSpec(
+            "qwen2_moe_shared_dense_first",
+            "Qwen2MoeConfig",
+            {
+                "num_experts": 8,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32,
+                "shared_expert_intermediate_size": 48,
+                "mlp_only_layers": [0],
+            },
+        ),
+        TinyModelSpec(
+            "deepseek_v3_mla_qlora_groups",
+            "DeepseekV3Config",
+            {
+                "num_key_value_heads": 4,
+                "q_lora_rank": 48,
+                "kv_lora_rank": 32,
+                "qk_nope_head_dim": 16,
+                "qk_rope_head_dim": 8,
+                "v_head_dim": 16,
+                "moe_intermediate_size": 32,
+                "n_routed_experts": 8,
+                "num_experts_per_tok": 2,
+                "n_shared_experts": 1,
+                "first_k_dense_replace": 1,
+                "n_group": 4,
+                "topk_group": 2,
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 10000.0,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 128,
+                    "beta_fast": 32,
+                    "beta_slow": 1,
+                    "mscale": 0.8,
+                    "mscale_all_dim": 1.0,
+                },
+            },
+        ),
+        TinyModelSpec(
+            "deepseek_v2_mla_greedy",
+            "DeepseekV2Config",
+            {
+                "num_key_value_heads": 4,
+                "q_lora_rank": None,
+                "kv_lora_rank": 32,
+                "qk_nope_head_dim": 16,
+                "qk_rope_head_dim": 8,
+                "v_head_dim": 24,
+                "moe_intermediate_size": 32,
+                "n_routed_experts": 6,
+                "num_experts_per_tok": 3,
+                "n_shared_experts": 2,
+                "first_k_dense_replace": 1,
+                "routed_scaling_factor": 1.5,
+            },
+        ),
+        TinyModelSpec(
+            "qwen3_moe_sparse_step",
+            "Qwen3MoeConfig",
+            {
+                "num_hidden_layers": 3,
+                "num_experts": 8,
+                "num_experts_per_tok": 3,
+                "moe_intermediate_size": 32,
+                "decoder_sparse_step": 2,
+                "norm_topk_prob": True,
+                "head_dim": 32,
+            },
+        ),
     ]
 }
 
@@ -102,6 +176,10 @@ def make_tiny_model(spec: TinyModelSpec, path: Path, seed: int = 0) -> Path:
     config = config_class(**{**BASE, "vocab_size": tokenizer.get_vocab_size(), **spec.overrides})
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():  # DeepSeek-V3 initialises its routing bias to zeros: make it matter
+        for buffer_name, buffer in model.named_buffers():
+            if buffer_name.endswith("e_score_correction_bias"):
+                buffer.uniform_(-0.2, 0.2)
     model.save_pretrained(path, safe_serialization=True)
     return path
 

@@ -196,9 +196,8 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
 def _report_quantization(request: CompileRequest, show_progress: bool) -> None:
     """Print each quantized tensor's relative error (compiler/quantization_report.py)."""
     family = family_for(read_model_config(request.model_path))
-    errors = quantization_errors(
-        request.model_path, request.weight_formats, family.weight_sources, show_progress
-    )
+    sources = family.sources_for(family.parse_config(read_model_config(request.model_path)))
+    errors = quantization_errors(request.model_path, request.weight_formats, sources, show_progress)
     print(format_report(str(request.quantization), errors), file=sys.stderr)
 
 

@@ -69,7 +69,7 @@ def export_model(request: CompileRequest) -> ExportedModel:
             name,
             [int(dim) for dim in param.shape],
             str(param.dtype),
-            family.weight_sources,
+            family.sources_for(model_config),
             request.weight_formats,
         )
         for name, param in named_params

@@ -61,9 +61,11 @@ def plan_weight_formats(
     if quantization is None and (mode == DEQUANTIZED or not (gguf or prequantized)):
         return {}
     family = family_for(config)
-    model = family.build_model(family.parse_config(config), dtype, target.make_target())
+    parsed = family.parse_config(config)
+    model = family.build_model(parsed, dtype, target.make_target())
+    weight_sources = family.sources_for(parsed)
     if prequantized:
-        return _prequantized_formats(model_path, config, model, family.weight_sources)
+        return _prequantized_formats(model_path, config, model, weight_sources)
     if quantization is not None:
         return {
             name: quantization
@@ -71,8 +73,7 @@ def plan_weight_formats(
             if int(shape[-1]) % GROUP_SIZE == 0
         }
     candidates = {
-        name: (family.weight_sources(name)[0], shape)
-        for name, shape in quantizable_weights(model).items()
+        name: (weight_sources(name)[0], shape) for name, shape in quantizable_weights(model).items()
     }
     return choose_formats(candidates, read_gguf_tensor_types(model_path))
 

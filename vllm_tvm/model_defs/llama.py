@@ -16,6 +16,7 @@ to concatenate; all other parameter names equal the HF names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tvm import relax as rx
@@ -83,13 +84,16 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     """SwiGLU feed-forward with fused gate/up projection."""
 
-    def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
-        self.intermediate_size = config.intermediate_size
+    def __init__(
+        self, config: LlamaFamilyConfig, dtype: str, intermediate_size: int | None = None
+    ) -> None:
+        """`intermediate_size` overrides the config's (an expert model's shared expert)."""
+        self.intermediate_size = intermediate_size or config.intermediate_size
         self.gate_up_proj = NTLinear(
-            config.hidden_size, 2 * config.intermediate_size, config.mlp_bias, dtype
+            config.hidden_size, 2 * self.intermediate_size, config.mlp_bias, dtype
         )
         self.down_proj = NTLinear(
-            config.intermediate_size, config.hidden_size, config.mlp_bias, dtype
+            self.intermediate_size, config.hidden_size, config.mlp_bias, dtype
         )
 
     def forward(self, hidden: Tensor) -> Tensor:
@@ -117,11 +121,16 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     """Embedding table, decoder stack and final norm (HF's `model.` prefix)."""
 
-    def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
+    def __init__(
+        self,
+        config: LlamaFamilyConfig,
+        dtype: str,
+        make_layer: Callable[[int], nn.Module] | None = None,
+    ) -> None:
+        """`make_layer(layer_id)` builds each decoder layer (default: `LlamaDecoderLayer`)."""
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
-        self.layers = nn.ModuleList(
-            [LlamaDecoderLayer(config, dtype) for _ in range(config.num_hidden_layers)]
-        )
+        make_layer = make_layer or (lambda _: LlamaDecoderLayer(config, dtype))
+        self.layers = nn.ModuleList([make_layer(i) for i in range(config.num_hidden_layers)])
         self.norm = nn.RMSNorm(config.hidden_size, -1, config.rms_norm_eps, bias=False, dtype=dtype)
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache) -> Tensor:
@@ -143,12 +152,16 @@ class LlamaForCausalLM(nn.Module):
         self.attention = attention
         self.kv_cache_extern_mods: list[Any] = []
         """Compiled objects the KV cache's kernels live in (FlashInfer), set by export."""
-        self.model = LlamaModel(config, dtype)
+        self.model = LlamaModel(config, dtype, self._make_layer)
         self.lm_head = (
             None
             if config.tie_word_embeddings
             else NTLinear(config.hidden_size, config.vocab_size, False, dtype)
         )
+
+    def _make_layer(self, layer_id: int) -> nn.Module:
+        """Decoder layer `layer_id`; definitions built on this one replace some layers."""
+        return LlamaDecoderLayer(self.config, self.dtype)
 
     def _logits(self, hidden: Tensor) -> Tensor:
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

@@ -13,8 +13,16 @@ from typing import Any
 
 from tvm.relax.frontend import nn
 
-from vllm_tvm.model_defs import llama
+from vllm_tvm.model_defs import deepseek, llama, moe
 from vllm_tvm.model_defs.config import LlamaFamilyConfig, parse_llama_family_config
+from vllm_tvm.model_defs.deepseek_config import DEEPSEEK_ARCHITECTURES, parse_deepseek_config
+from vllm_tvm.model_defs.moe_config import (
+    MOE_ARCHITECTURES,
+    REFUSED_MOE_ARCHITECTURES,
+    parse_moe_config,
+)
+
+WeightSources = Callable[[str], tuple[list[str], int]]
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -29,7 +37,18 @@ class ModelFamily:
     parse_config: Callable[[dict[str, Any]], LlamaFamilyConfig]
     build_model: Callable[..., nn.Module]
     """(config, dtype, target, attention='tir') -> the exportable model."""
-    weight_sources: Callable[[str], tuple[list[str], int]]
+    weight_sources: WeightSources
+    config_weight_sources: Callable[[Any, str], tuple[list[str], int]] | None = None
+    """(parsed config, name) -> sources, for families whose names depend on the config
+    (the expert count of a stacked expert projection); when set it replaces
+    `weight_sources`."""
+
+    def sources_for(self, config: LlamaFamilyConfig) -> WeightSources:
+        """The checkpoint tensors of each parameter of a model built from `config`."""
+        if self.config_weight_sources is None:
+            return self.weight_sources
+        sources = self.config_weight_sources
+        return lambda name: sources(config, name)
 
 
 _LLAMA_FAMILY = ModelFamily(
@@ -39,11 +58,29 @@ _LLAMA_FAMILY = ModelFamily(
     weight_sources=llama.fused_weight_sources,
 )
 
+_MOE_FAMILY = ModelFamily(
+    name="moe",
+    parse_config=parse_moe_config,
+    build_model=moe.MoEForCausalLM,
+    weight_sources=llama.fused_weight_sources,
+    config_weight_sources=moe.moe_weight_sources,
+)
+
+_DEEPSEEK_FAMILY = ModelFamily(
+    name="deepseek",
+    parse_config=parse_deepseek_config,
+    build_model=deepseek.DeepseekForCausalLM,
+    weight_sources=llama.fused_weight_sources,
+    config_weight_sources=moe.moe_weight_sources,
+)
+
 ARCHITECTURES: dict[str, ModelFamily] = {
     "LlamaForCausalLM": _LLAMA_FAMILY,
     "MistralForCausalLM": _LLAMA_FAMILY,
     "Qwen2ForCausalLM": _LLAMA_FAMILY,
     "Qwen3ForCausalLM": _LLAMA_FAMILY,
+    **dict.fromkeys(MOE_ARCHITECTURES, _MOE_FAMILY),
+    **dict.fromkeys(DEEPSEEK_ARCHITECTURES, _DEEPSEEK_FAMILY),
 }
 
 
@@ -55,6 +92,11 @@ def family_for(config: dict[str, Any]) -> ModelFamily:
             "config.json has no 'architectures' entry; supported: " + ", ".join(ARCHITECTURES)
         )
     family = ARCHITECTURES.get(names[0])
+    if names[0] in REFUSED_MOE_ARCHITECTURES:
+        raise UnsupportedArchitectureError(
+            f"unsupported architecture {names[0]}: {REFUSED_MOE_ARCHITECTURES[names[0]]} "
+            "is not implemented; supported: " + ", ".join(ARCHITECTURES)
+        )
     if family is None:
         raise UnsupportedArchitectureError(
             f"unsupported architecture {names[0]}; supported: " + ", ".join(ARCHITECTURES)

@@ -103,6 +103,8 @@ class ModelRunner:
         self._embed = self.vm["embed"]
         self._prefill = self.vm["prefill"]
         self._decode = self.vm["decode"]
+        # Latent-attention models: a prefill over sequences with cached tokens is `extend`.
+        self._extend = self.vm["extend"] if "extend" in self.manifest.functions else None
         # Artifacts from before `decode_single` existed run batch 1 through `decode`.
         self._decode_single = (
             self.vm["decode_single"] if "decode_single" in self.manifest.functions else self._decode
@@ -121,6 +123,9 @@ class ModelRunner:
     def kv_bytes_per_token(self) -> int:
         """Device bytes one token's keys and values take over all layers."""
         config = self.config
+        if config.get("kv_lora_rank"):  # latent attention: one latent + rope key per token
+            width = int(config["kv_lora_rank"]) + int(config["qk_rope_head_dim"])
+            return int(config["num_hidden_layers"]) * width * _DTYPE_BYTES[self.manifest.dtype]
         head_dim = int(config.get("head_dim") or self.hidden_size // config["num_attention_heads"])
         layers, kv_heads = int(config["num_hidden_layers"]), int(config["num_key_value_heads"])
         return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[self.manifest.dtype]
@@ -171,10 +176,20 @@ class ModelRunner:
         else:
             positions = np.asarray(logit_positions, dtype=np.int32)
         flat = [token for chunk in chunks for token in chunk]
+        if self._extend is not None and all(length == 1 for length in lengths):
+            # The cache appends one-token steps before attention: only `decode` reads it right.
+            rows = self.decode_logits(seq_ids, flat)
+            if np.array_equal(positions, np.arange(len(lengths))):
+                return rows
+            selected = self._tvm.runtime.tensor(rows.numpy()[positions], self.device)
+            return self._device_logits(selected, len(positions))
+        forward = self._prefill
+        if self._extend is not None and any(self.kv_cache.sequence_length(s) for s in seq_ids):
+            forward = self._extend
         hidden = self._embed_tokens(flat)._create_view((1, total, self.hidden_size))
         positions_on_device = self._tvm.runtime.tensor(positions, self.device)
         self.kv_cache.begin_forward(seq_ids, lengths)
-        logits, _ = self._prefill(hidden, positions_on_device, self.kv_cache.handle, self.params)
+        logits, _ = forward(hidden, positions_on_device, self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
         return self._device_logits(logits, len(positions))
 
