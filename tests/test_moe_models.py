@@ -174,3 +174,20 @@ def test_one_token_chunks_of_a_prefill_call_equal_decode(make_llm) -> None:
         for seq_id in (0, 1):
             runner.kv_cache.remove_sequence(seq_id)
     np.testing.assert_allclose(swapped, expected[::-1], rtol=0, atol=1e-6)
+
+
+def test_latent_attention_steps_stay_below_the_merged_decode_of_32_sequences(
+    make_llm, capsys
+) -> None:
+    """TVM's cache merges the decode of 32+ sequences sharing cached blocks into a pass that
+    misses the appended token, so an MLA engine never schedules that many at once."""
+    from vllm_tvm.runtime.engine.builder import MLA_MAX_NUM_SEQS
+
+    llm = make_llm(MLA_MODEL, max_num_seqs=64)
+    assert llm.engine.scheduler.config.max_num_seqs == MLA_MAX_NUM_SEQS == 31
+    assert "lowered to 31" in capsys.readouterr().err
+    prompt = [(7 * i + 3) % 200 + 2 for i in range(40)]  # more than one cached block
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    alone = llm.generate([prompt], params)[0].outputs[0].token_ids
+    together = llm.generate([prompt] * 40, params)
+    assert all(output.outputs[0].token_ids == alone for output in together)

@@ -10,6 +10,7 @@ benchmarks) builds engines through here.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -51,10 +52,33 @@ class EngineParts:
     max_model_len: int
 
 
+MLA_MAX_NUM_SEQS = 31
+"""Sequences per step for latent-attention (MLA) models: when 32 or more sequences of a
+decode step share cached blocks, TVM's paged KV cache merges their attention over those
+blocks into one pass that does not see the token appended in that step (wrong output), so
+such a step must never be scheduled."""
+
+
+def _cap_latent_attention_batch(args: EngineArgs) -> EngineArgs:
+    """`args` with `max_num_seqs` at most MLA_MAX_NUM_SEQS for an MLA artifact (said on
+    stderr when lowered)."""
+    config = read_manifest(Path(str(args.artifact))).model_config
+    if not config.get("kv_lora_rank") or args.max_num_seqs <= MLA_MAX_NUM_SEQS:
+        return args
+    print(
+        f"vllm-tvm: max_num_seqs {args.max_num_seqs} lowered to {MLA_MAX_NUM_SEQS} for this "
+        "latent-attention model (TVM's KV cache merges the decode of 32+ sequences sharing "
+        "cached blocks into a pass that misses the new token)",
+        file=sys.stderr,
+    )
+    return replace(args, max_num_seqs=MLA_MAX_NUM_SEQS)
+
+
 def load_engine_parts(args: EngineArgs) -> EngineParts:
     """Validate `args`, load tokenizer and model, size the KV pool and fit the length."""
     if args.artifact is None:
         raise ValueError(f"no artifact for {args.model}: an engine runs a built artifact")
+    args = _cap_latent_attention_batch(args)
     scheduler_config = SchedulerConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.token_budget,
