@@ -13,8 +13,9 @@ from typing import Any
 
 from tvm.relax.frontend import nn
 
-from vllm_tvm.model_defs import llama
-from vllm_tvm.model_defs.config import LlamaFamilyConfig, parse_llama_family_config
+from vllm_tvm.model_defs import learned_positions, llama
+from vllm_tvm.model_defs.config import ConfigRecord, parse_llama_family_config
+from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -26,7 +27,7 @@ class ModelFamily:
     """How to build one family: parse its config, build its nn model, map its weights."""
 
     name: str
-    parse_config: Callable[[dict[str, Any]], LlamaFamilyConfig]
+    parse_config: Callable[[dict[str, Any]], ConfigRecord]
     build_model: Callable[..., nn.Module]
     """(config, dtype, target, attention='tir') -> the exportable model."""
     weight_sources: Callable[[str], tuple[list[str], int]]
@@ -39,11 +40,37 @@ _LLAMA_FAMILY = ModelFamily(
     weight_sources=llama.fused_weight_sources,
 )
 
+_PHI3_FAMILY = ModelFamily(
+    name="phi3",
+    parse_config=parse_llama_family_config,
+    build_model=llama.LlamaForCausalLM,
+    weight_sources=llama.prefused_weight_sources,
+)
+
+_OPT_FAMILY = ModelFamily(
+    name="opt",
+    parse_config=parse_learned_position_config,
+    build_model=learned_positions.LearnedPositionForCausalLM,
+    weight_sources=learned_positions.opt_weight_sources,
+)
+
+_GPT2_FAMILY = ModelFamily(
+    name="gpt2",
+    parse_config=parse_learned_position_config,
+    build_model=learned_positions.LearnedPositionForCausalLM,
+    weight_sources=learned_positions.gpt2_weight_sources,
+)
+
 ARCHITECTURES: dict[str, ModelFamily] = {
     "LlamaForCausalLM": _LLAMA_FAMILY,
     "MistralForCausalLM": _LLAMA_FAMILY,
     "Qwen2ForCausalLM": _LLAMA_FAMILY,
     "Qwen3ForCausalLM": _LLAMA_FAMILY,
+    "Olmo2ForCausalLM": _LLAMA_FAMILY,
+    "GraniteForCausalLM": _LLAMA_FAMILY,
+    "Phi3ForCausalLM": _PHI3_FAMILY,
+    "GPT2LMHeadModel": _GPT2_FAMILY,
+    "OPTForCausalLM": _OPT_FAMILY,
 }
 
 
