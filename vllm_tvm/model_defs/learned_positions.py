@@ -9,7 +9,7 @@ the KV cache rotates nothing (`RopeMode.NONE`) and hands out each query token's 
 
 Parameter names are OPT's HF names with q/k/v fused into `qkv_proj`;
 `opt_weight_sources()` / `gpt2_weight_sources()` map them to each checkpoint's tensors.
-GPT-2 stores projections [in, out] (`Conv1D`); those layers read that layout directly.
+GPT-2 stores projections [in, out] (`Conv1D`); those parameters keep that layout.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tvm import te
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache, RopeMode
@@ -41,27 +40,19 @@ GPT2_NAMES = [
 
 
 class Conv1DLinear(nn.Module):
-    """y = x W + b with W kept [in_features, out_features] (GPT-2's checkpoint layout)."""
+    """y = x W + b with W kept [in_features, out_features] (GPT-2's checkpoint layout).
+
+    The product transposes W in the graph: TVM 0.27's GPU schedule of an [in, out] bfloat16
+    product with a symbolic batch (batched decode) fails to lower ("dtype mismatch on
+    BufferStore"), while the [out, in] product (nt_matmul) lowers everywhere. The transpose
+    costs a weight copy per step; a load-time transpose would remove it."""
 
     def __init__(self, in_features: int, out_features: int, dtype: str) -> None:
         self.weight = nn.Parameter((in_features, out_features), dtype)
         self.bias = nn.Parameter((out_features,), dtype)
 
     def forward(self, x: Tensor) -> Tensor:
-        def matmul(a: te.Tensor, w: te.Tensor) -> te.Tensor:
-            k = te.reduce_axis((0, a.shape[-1]), name="k")
-            acc = te.compute(
-                (*a.shape[:-1], w.shape[1]),
-                lambda *i: te.sum(
-                    a[(*i[:-1], k)].astype(ACCUMULATION_DTYPE)
-                    * w[k, i[-1]].astype(ACCUMULATION_DTYPE),
-                    axis=k,
-                ),
-                name="nn_matmul_acc",
-            )
-            return te.compute(acc.shape, lambda *i: acc[i].astype(a.dtype), name="nn_matmul")
-
-        return op.tensor_expr_op(matmul, "nn_matmul", [x, self.weight]) + self.bias
+        return nt_matmul(x, op.permute_dims(self.weight)) + self.bias
 
 
 class LayerNorm(nn.Module):
