@@ -1,10 +1,10 @@
-"""RoPE scaling: HF `rope_scaling` / `rope_parameters` -> what TVM's paged KV cache applies.
+"""RoPE scaling: HF `rope_scaling` / `rope_parameters` -> the rotation the model runs.
 
 Why a module of its own: HF spells the same RoPE in two layouts (transformers 4's
 `rope_theta` + `rope_scaling`, transformers 5's `rope_parameters`) and six types, while TVM's
 KV cache rotates q/k itself with a few built-in formulas. Each supported type is mapped here
-onto one of those formulas so that the rotation equals transformers' bit for bit in formula
-(float32 rounding apart):
+onto a rotation whose formula equals transformers' (float32 rounding apart), either one of
+the cache's own or the model's (rotary.py):
 
 - `default`, `linear` (positions divided by `factor`), `llama3`: TVM's own formulas.
 - `dynamic` (dynamic NTK): transformers uses the default frequencies for every sequence up
