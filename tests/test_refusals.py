@@ -47,10 +47,10 @@ def test_unsupported_rope_type_is_refused_naming_it(tiny_model_dir, tmp_path, ca
     model = _edit_config(
         tiny_model_dir("llama"),
         tmp_path / "m",
-        rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+        rope_parameters={"rope_type": "llama4", "factor": 2.0, "rope_theta": 10000.0},
     )
     err = _compile_error(model, capsys)
-    assert "unsupported rope_scaling type 'dynamic'" in err
+    assert "unsupported rope_scaling type 'llama4'" in err
     assert "llama3" in err
 
 

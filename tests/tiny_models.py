@@ -146,6 +146,52 @@ TINY_MODELS = {
                 "head_dim": 32,
             },
         ),
+        # Phi-3: prefused qkv / gate_up, 12 of 16 channels rotate, longrope short factors.
+        TinyModelSpec(
+            "phi3_longrope_partial",
+            "Phi3Config",
+            {
+                "pad_token_id": 1,
+                "partial_rotary_factor": 0.75,
+                "original_max_position_embeddings": 128,
+                "rope_scaling": {
+                    "rope_type": "longrope",
+                    "short_factor": [1.0, 1.3, 1.7, 2.2, 2.9, 3.5],
+                    "long_factor": [4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+                },
+            },
+        ),
+        TinyModelSpec(
+            "olmo2_yarn",
+            "Olmo2Config",
+            {
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 128,
+                },
+            },
+        ),
+        TinyModelSpec(
+            "granite_dynamic_tied",
+            "GraniteConfig",
+            {
+                "tie_word_embeddings": True,
+                "embedding_multiplier": 2.0,
+                "residual_multiplier": 0.5,
+                "attention_multiplier": 0.3,
+                "logits_scaling": 4.0,
+                "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+            },
+        ),
+        # Learned positions, LayerNorm, biases: GPT-2 (Conv1D weights, GELU-tanh, tied head)
+        # and OPT (position offset 2, ReLU, untied head).
+        TinyModelSpec("gpt2_tied", "GPT2Config", {}),
+        TinyModelSpec(
+            "opt_untied",
+            "OPTConfig",
+            {"ffn_dim": 128, "word_embed_proj_dim": 64, "tie_word_embeddings": False},
+        ),
     ]
 }
 

@@ -1,8 +1,10 @@
 """One validated description of a llama-family model, read from an HF `config.json`.
 
-Why: HF configs of the four supported families spell the same facts differently (transformers
+Why: HF configs of the supported families spell the same facts differently (transformers
 4 writes `rope_theta` + `rope_scaling`, transformers 5 writes `rope_parameters`; Qwen2 has
-q/k/v bias without saying so; Qwen3 has per-head q/k RMSNorm). Everything downstream (the nn
+q/k/v bias without saying so; Qwen3 has per-head q/k RMSNorm; OLMo-2 norms sublayer outputs
+and whole q/k projections; Granite scales embeddings, residuals, attention and logits; Phi-3
+rotates part of each head). RoPE settings are read by rope_scaling.py. Everything downstream (the nn
 model, the compiler, the runtime) reads this dataclass instead, and anything the model
 definition cannot reproduce exactly is refused here, by name, before a compile starts.
 """
@@ -14,22 +16,29 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
-LLAMA3_ROPE_KEYS = (
-    "factor",
-    "low_freq_factor",
-    "high_freq_factor",
-    "original_max_position_embeddings",
-)
+from vllm_tvm.model_defs.rope_scaling import partial_rotary_factor, rope_settings
 
 
 class ModelConfigError(ValueError):
     """A checkpoint config the model definition cannot run exactly."""
 
 
+class ConfigRecord:
+    """JSON form and fingerprint of a frozen config dataclass (every family's config)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (stored in the artifact's metadata)."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON form: part of the artifact's cache key."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
 @dataclass(frozen=True)
-class LlamaFamilyConfig:
-    """Shape and numerics of a Llama / Mistral / Qwen2 / Qwen3 decoder."""
+class LlamaFamilyConfig(ConfigRecord):
+    """Shape and numerics of a Llama, Mistral, Qwen2/3, Phi-3, OLMo-2 or Granite decoder."""
 
     architecture: str
     vocab_size: int
@@ -42,7 +51,7 @@ class LlamaFamilyConfig:
     rms_norm_eps: float
     rope_theta: float
     rope_type: str = "default"
-    rope_scaling: dict[str, float] = field(default_factory=dict)
+    rope_scaling: dict[str, Any] = field(default_factory=dict)
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
@@ -50,54 +59,41 @@ class LlamaFamilyConfig:
     mlp_bias: bool = False
     qk_norm: bool = False
     sliding_window: int | None = None
+    partial_rotary_factor: float = 1.0
+    norm_position: str = "pre"
+    """`pre`: RMSNorm before each sublayer (Llama); `post`: on each sublayer's output (OLMo-2)."""
+    qk_norm_scope: str = "head"
+    """q/k RMSNorm per head (Qwen3) or over the whole q / k projection (OLMo-2)."""
+    embedding_multiplier: float = 1.0
+    """Granite: embeddings are multiplied by this."""
+    residual_multiplier: float = 1.0
+    """Granite: each sublayer's output is multiplied by this before the residual add."""
+    attention_multiplier: float | None = None
+    """Granite: the softmax scale (None: 1 / sqrt(head_dim))."""
+    logits_scaling: float = 1.0
+    """Granite: logits are divided by this."""
 
     @property
-    def linear_rope_factor(self) -> float:
-        """Positions are divided by this factor (1.0 unless rope_type is `linear`)."""
-        return float(self.rope_scaling["factor"]) if self.rope_type == "linear" else 1.0
+    def rotary_dim(self) -> int:
+        """Channels of each head that RoPE rotates (the first ones)."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (stored in the artifact's metadata)."""
-        return asdict(self)
-
-    def fingerprint(self) -> str:
-        """sha256 of the canonical JSON form: part of the artifact's cache key."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()
+    @property
+    def attention_scale(self) -> float:
+        """The softmax scale of q . k."""
+        if self.attention_multiplier is not None:
+            return self.attention_multiplier
+        return self.head_dim**-0.5
 
 
-def _require(config: dict[str, Any], key: str) -> Any:
+def require_key(config: dict[str, Any], key: str) -> Any:
+    """config[key], or an error naming the architecture and the missing key."""
     if key not in config or config[key] is None:
         raise ModelConfigError(
             f"config.json of {config.get('architectures', ['?'])[0]} is missing required key "
             f"'{key}'"
         )
     return config[key]
-
-
-def _rope_settings(config: dict[str, Any]) -> tuple[float, str, dict[str, float]]:
-    """(theta, rope type, scaling parameters) from either transformers 4 or 5 spelling."""
-    params = config.get("rope_parameters")
-    if isinstance(params, dict) and "rope_theta" in params:
-        theta = float(params["rope_theta"])
-        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
-    else:
-        theta = float(config.get("rope_theta", 10000.0))
-        scaling = dict(config.get("rope_scaling") or {})
-    rope_type = scaling.pop("rope_type", None) or scaling.pop("type", None) or "default"
-    if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise ModelConfigError(
-            f"unsupported rope_scaling type '{rope_type}'; supported: "
-            + ", ".join(SUPPORTED_ROPE_TYPES)
-        )
-    if rope_type == "default":
-        return theta, rope_type, {}
-    if rope_type == "linear":
-        return theta, rope_type, {"factor": float(_require(scaling, "factor"))}
-    missing = [k for k in LLAMA3_ROPE_KEYS if k not in scaling]
-    if missing:
-        raise ModelConfigError(f"rope_scaling type 'llama3' is missing key '{missing[0]}'")
-    return theta, rope_type, {k: float(scaling[k]) for k in LLAMA3_ROPE_KEYS}
 
 
 def _refuse_unsupported_features(config: dict[str, Any]) -> None:
@@ -110,37 +106,56 @@ def _refuse_unsupported_features(config: dict[str, Any]) -> None:
         )
 
 
+def _granite_multipliers(config: dict[str, Any]) -> dict[str, Any]:
+    """Granite's four scalars (absent keys keep Llama's numerics)."""
+    if config["architectures"][0] != "GraniteForCausalLM":
+        return {}
+    return {
+        "embedding_multiplier": float(config.get("embedding_multiplier", 1.0)),
+        "residual_multiplier": float(config.get("residual_multiplier", 1.0)),
+        "attention_multiplier": float(config.get("attention_multiplier", 1.0)),
+        "logits_scaling": float(config.get("logits_scaling", 1.0)),
+    }
+
+
 def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
     """Validate an HF config dict of a llama-family architecture and normalise it."""
-    architecture = _require(config, "architectures")[0]
+    architecture = require_key(config, "architectures")[0]
     _refuse_unsupported_features(config)
-    hidden = int(_require(config, "hidden_size"))
-    heads = int(_require(config, "num_attention_heads"))
-    theta, rope_type, rope_scaling = _rope_settings(config)
+    hidden = int(require_key(config, "hidden_size"))
+    heads = int(require_key(config, "num_attention_heads"))
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    rotary_factor = partial_rotary_factor(config)
+    theta, rope_type, rope_scaling, context = rope_settings(config, int(head_dim * rotary_factor))
     is_qwen2 = architecture == "Qwen2ForCausalLM"
     is_qwen3 = architecture == "Qwen3ForCausalLM"
+    is_olmo2 = architecture == "Olmo2ForCausalLM"
     attention_bias = bool(config.get("attention_bias", False))
     sliding = config.get("sliding_window")
     if architecture.startswith("Qwen") and not config.get("use_sliding_window", False):
         sliding = None
     return LlamaFamilyConfig(
         architecture=architecture,
-        vocab_size=int(_require(config, "vocab_size")),
+        vocab_size=int(require_key(config, "vocab_size")),
         hidden_size=hidden,
-        intermediate_size=int(_require(config, "intermediate_size")),
-        num_hidden_layers=int(_require(config, "num_hidden_layers")),
+        intermediate_size=int(require_key(config, "intermediate_size")),
+        num_hidden_layers=int(require_key(config, "num_hidden_layers")),
         num_attention_heads=heads,
         num_key_value_heads=int(config.get("num_key_value_heads") or heads),
-        head_dim=int(config.get("head_dim") or hidden // heads),
+        head_dim=head_dim,
         rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
         rope_theta=theta,
         rope_type=rope_type,
         rope_scaling=rope_scaling,
-        max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
+        max_position_embeddings=context,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         qkv_bias=True if is_qwen2 else attention_bias,
         o_proj_bias=False if is_qwen2 else attention_bias,
         mlp_bias=bool(config.get("mlp_bias", False)),
-        qk_norm=is_qwen3,
+        qk_norm=is_qwen3 or is_olmo2,
         sliding_window=int(sliding) if sliding else None,
+        partial_rotary_factor=rotary_factor,
+        norm_position="post" if is_olmo2 else "pre",
+        qk_norm_scope="projection" if is_olmo2 else "head",
+        **_granite_multipliers(config),
     )

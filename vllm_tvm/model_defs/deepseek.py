@@ -294,7 +294,7 @@ class DeepseekForCausalLM(MoEForCausalLM):
         self, input_embed: Tensor, logit_positions: Tensor, cache: PagedKVCache, mode: str
     ) -> tuple[Tensor, PagedKVCache]:
         hidden, cache = self._forward(input_embed, cache, mode)
-        return self._logits(op.take(hidden, logit_positions, axis=1)), cache
+        return self.logits(op.take(hidden, logit_positions, axis=1)), cache
 
     def prefill(
         self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
@@ -310,7 +310,7 @@ class DeepseekForCausalLM(MoEForCausalLM):
 
     def decode(self, input_embed: Tensor, kv_cache: PagedKVCache) -> tuple[Tensor, PagedKVCache]:
         hidden, cache = self._forward(input_embed, kv_cache, DECODE)
-        return self._logits(hidden), cache
+        return self.logits(hidden), cache
 
     def create_kv_cache(
         self,

@@ -1,17 +1,19 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) written with `tvm.relax.frontend.nn`.
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3, OLMo-2, Granite) in `relax.nn`.
 
-One definition covers the four families because they differ only in switches that
-`LlamaFamilyConfig` carries (GQA, q/k/v bias, per-head q/k RMSNorm, tied embeddings, RoPE
-scaling). Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or
-`FlashInferPagedKVCache` with FlashInfer's kernels: compiler/attention.py), which applies
-RoPE to q/k itself; the exported functions follow the compiled contract in
-docs/ARCHITECTURE.md: `embed`, `prefill` (ragged batch), `decode` (batch),
-`create_kv_cache` (the compiler adds the device sampling functions `argmax` / `sample`:
-compiler/sampling_functions.py).
+One definition covers these families because they differ only in switches that
+`LlamaFamilyConfig` carries (GQA, q/k/v bias, q/k RMSNorm per head or per projection, pre or
+post sublayer norms, Granite's multipliers, tied embeddings, RoPE scaling, partial rotary).
+Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or `FlashInferPagedKVCache`
+with FlashInfer's kernels: compiler/attention.py), which applies RoPE to q/k itself (but
+for yarn and longrope, which the model applies: rotary.py); the exported functions follow
+the compiled contract in docs/ARCHITECTURE.md: `embed`, `prefill` (ragged batch), `decode`
+(batch), `create_kv_cache` (the compiler adds the device sampling functions `argmax` /
+`sample`: compiler/sampling_functions.py).
 
 Weights: q/k/v and gate/up are fused into one matrix each so a decode step runs one GEMV
 instead of three (two). `fused_weight_sources()` tells the loader which checkpoint tensors
-to concatenate; all other parameter names equal the HF names.
+to concatenate; all other parameter names equal the HF names. Phi-3 checkpoints store the
+fused matrices themselves under the same names (`prefused_weight_sources()`).
 """
 
 from __future__ import annotations
@@ -19,20 +21,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tvm import relax as rx
-from tvm import tirx
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import (
-    FlashInferPagedKVCache,
     PagedKVCache,
     RopeMode,
-    TIRPagedKVCache,
 )
 from tvm.target import Target
 
+from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.config import LlamaFamilyConfig
 from vllm_tvm.model_defs.layers import NTLinear, nt_matmul
+from vllm_tvm.model_defs.rope_scaling import (
+    MODEL_APPLIED_ROPE_TYPES,
+    kv_cache_rope,
+    model_applied_rope,
+)
+from vllm_tvm.model_defs.rotary import apply_rotary
 
 FUSED_PROJECTIONS = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -54,28 +59,46 @@ class LlamaAttention(nn.Module):
         self.o_proj = NTLinear(
             self.num_q_heads * self.head_dim, config.hidden_size, config.o_proj_bias, dtype
         )
+        self.sm_scale = config.attention_scale
+        self.model_rope = model_applied_rope(
+            config.rope_type, config.rope_scaling, config.rope_theta, config.rotary_dim
+        )
+        self.qk_norm_scope = config.qk_norm_scope
+        self.q_norm = None
+        self.k_norm = None
         if config.qk_norm:
-            self.q_norm = nn.RMSNorm(
-                self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype
-            )
-            self.k_norm = nn.RMSNorm(
-                self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype
-            )
-        else:
-            self.q_norm = None
-            self.k_norm = None
+            per_projection = config.qk_norm_scope == "projection"
+            q_size = self.num_q_heads * self.head_dim if per_projection else self.head_dim
+            k_size = self.num_kv_heads * self.head_dim if per_projection else self.head_dim
+            eps = config.rms_norm_eps
+            self.q_norm = nn.RMSNorm(q_size, -1, eps, bias=False, dtype=dtype)
+            self.k_norm = nn.RMSNorm(k_size, -1, eps, bias=False, dtype=dtype)
+
+    def _normed_qkv(self, qkv: Tensor) -> Tensor:
+        """q and k through their RMSNorms, per head or over the whole projection."""
+        q_width = self.num_q_heads
+        k_width = self.num_kv_heads
+        if self.qk_norm_scope == "projection":
+            q_width *= self.head_dim
+            k_width *= self.head_dim
+        q, k, v = op.split(qkv, [q_width, q_width + k_width], axis=2)
+        return op.concat([self.q_norm(q), self.k_norm(k), v], dim=2)
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache, layer_id: int) -> Tensor:
         batch, seq_len, _ = hidden.shape
         heads = self.num_q_heads + 2 * self.num_kv_heads
-        qkv = op.reshape(self.qkv_proj(hidden), (batch, seq_len, heads, self.head_dim))
-        if self.q_norm is not None:
-            q, k, v = op.split(
-                qkv, [self.num_q_heads, self.num_q_heads + self.num_kv_heads], axis=2
-            )
-            qkv = op.concat([self.q_norm(q), self.k_norm(k), v], dim=2)
+        qkv = self.qkv_proj(hidden)
+        if self.q_norm is not None and self.qk_norm_scope == "projection":
+            qkv = self._normed_qkv(qkv)
+        qkv = op.reshape(qkv, (batch, seq_len, heads, self.head_dim))
+        if self.q_norm is not None and self.qk_norm_scope == "head":
+            qkv = self._normed_qkv(qkv)
+        if self.model_rope is not None:
+            inv_freq, cos_sin_factor = self.model_rope
+            rotating_heads = self.num_q_heads + self.num_kv_heads
+            qkv = apply_rotary(qkv, kv_cache, inv_freq, cos_sin_factor, rotating_heads)
         attn = kv_cache.attention_with_fused_qkv(
-            layer_id, qkv, self.num_q_heads, sm_scale=self.head_dim**-0.5
+            layer_id, qkv, self.num_q_heads, sm_scale=self.sm_scale
         )
         attn = op.reshape(attn, (batch, seq_len, self.num_q_heads * self.head_dim))
         return self.o_proj(attn)
@@ -102,20 +125,38 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    """Pre-norm attention + MLP block with residuals."""
+    """Attention + MLP block with residuals; RMSNorms before the sublayers (`pre`, HF names
+    input_layernorm / post_attention_layernorm) or on their outputs (`post`, OLMo-2's
+    post_attention_layernorm / post_feedforward_layernorm)."""
 
     def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
         eps = config.rms_norm_eps
-        self.input_layernorm = nn.RMSNorm(config.hidden_size, -1, eps, bias=False, dtype=dtype)
+        size = config.hidden_size
+        self.post_norms = config.norm_position == "post"
+        self.residual_multiplier = config.residual_multiplier
+        self.input_layernorm = (
+            None if self.post_norms else nn.RMSNorm(size, -1, eps, bias=False, dtype=dtype)
+        )
         self.self_attn = LlamaAttention(config, dtype)
-        self.post_attention_layernorm = nn.RMSNorm(
-            config.hidden_size, -1, eps, bias=False, dtype=dtype
+        self.post_attention_layernorm = nn.RMSNorm(size, -1, eps, bias=False, dtype=dtype)
+        self.post_feedforward_layernorm = (
+            nn.RMSNorm(size, -1, eps, bias=False, dtype=dtype) if self.post_norms else None
         )
         self.mlp = LlamaMLP(config, dtype)
 
+    def _residual(self, hidden: Tensor, update: Tensor) -> Tensor:
+        if self.residual_multiplier != 1.0:
+            update = update * self.residual_multiplier
+        return hidden + update
+
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache, layer_id: int) -> Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), kv_cache, layer_id)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        if self.post_norms:
+            attn = self.post_attention_layernorm(self.self_attn(hidden, kv_cache, layer_id))
+            hidden = self._residual(hidden, attn)
+            return self._residual(hidden, self.post_feedforward_layernorm(self.mlp(hidden)))
+        attn = self.self_attn(self.input_layernorm(hidden), kv_cache, layer_id)
+        hidden = self._residual(hidden, attn)
+        return self._residual(hidden, self.mlp(self.post_attention_layernorm(hidden)))
 
 
 class LlamaModel(nn.Module):
@@ -139,19 +180,14 @@ class LlamaModel(nn.Module):
         return self.norm(hidden)
 
 
-class LlamaForCausalLM(nn.Module):
-    """The exported model: the functions of the compiled contract."""
+class LlamaForCausalLM(PagedCausalLM):
+    """The exported model: the functions of the compiled contract (causal_lm.py)."""
 
     def __init__(
         self, config: LlamaFamilyConfig, dtype: str, target: Target, attention: str = "tir"
     ) -> None:
         """`attention`: `tir` (TVM's TIR kernels) or `flashinfer` (compiler/attention.py)."""
-        self.config = config
-        self.dtype = dtype
-        self.target = target
-        self.attention = attention
-        self.kv_cache_extern_mods: list[Any] = []
-        """Compiled objects the KV cache's kernels live in (FlashInfer), set by export."""
+        super().__init__(config, dtype, target, attention)
         self.model = LlamaModel(config, dtype, self._make_layer)
         self.lm_head = (
             None
@@ -163,107 +199,32 @@ class LlamaForCausalLM(nn.Module):
         """Decoder layer `layer_id`; definitions built on this one replace some layers."""
         return LlamaDecoderLayer(self.config, self.dtype)
 
-    def _logits(self, hidden: Tensor) -> Tensor:
+    def logits(self, hidden: Tensor) -> Tensor:
+        """fp32 logits of final hidden states (divided by Granite's logits scaling)."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return nt_matmul(hidden, weight, out_dtype="float32")
+        logits = nt_matmul(hidden, weight, out_dtype="float32")
+        if self.config.logits_scaling != 1.0:
+            logits = logits / self.config.logits_scaling
+        return logits
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Token ids [n] -> embeddings [n, hidden]."""
-        return self.model.embed_tokens(input_ids)
+        """Token ids [n] -> embeddings [n, hidden] (times Granite's embedding multiplier)."""
+        embeddings = self.model.embed_tokens(input_ids)
+        if self.config.embedding_multiplier != 1.0:
+            embeddings = embeddings * self.config.embedding_multiplier
+        return embeddings
 
-    def prefill(
-        self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
-    ) -> tuple[Tensor, PagedKVCache]:
-        """Ragged prefill of the sequences begun in `kv_cache`; fp32 logits at the positions."""
-        hidden = self.model(input_embed, kv_cache)
-        hidden = op.take(hidden, logit_positions, axis=1)
-        return self._logits(hidden), kv_cache
-
-    def decode(self, input_embed: Tensor, kv_cache: PagedKVCache) -> tuple[Tensor, PagedKVCache]:
-        """One token for each of `batch` sequences; fp32 logits [batch, 1, vocab]."""
-        hidden = self.model(input_embed, kv_cache)
-        return self._logits(hidden), kv_cache
-
-    def decode_single(
-        self, input_embed: Tensor, kv_cache: PagedKVCache
-    ) -> tuple[Tensor, PagedKVCache]:
-        """`decode` for exactly one sequence: static shapes let every projection be
-        scheduled as a plain GEMV (the batch-1 case is the latency-critical one)."""
-        return self.decode(input_embed, kv_cache)
-
-    def create_kv_cache(
-        self,
-        max_batch_size: tirx.Var,
-        max_total_seq_len: tirx.Var,
-        prefill_chunk_size: tirx.Var,
-        page_size: tirx.Var,
-        support_sliding_window: tirx.Var,
-    ) -> PagedKVCache:
-        """The paged KV cache object, sized at run time."""
+    def cache_rope(self) -> dict[str, Any]:
+        """RoPE arguments of the paged KV cache (it rotates q/k unless the model does)."""
         cfg = self.config
-        rope_scaling: dict[str, Any] = (
-            {"rope_type": "llama3", **cfg.rope_scaling} if cfg.rope_type == "llama3" else {}
-        )
-        cache_class = FlashInferPagedKVCache if self.attention == "flashinfer" else TIRPagedKVCache
-        cache = cache_class(
-            attn_kind="mha",
-            max_batch_size=max_batch_size,
-            max_total_seq_len=max_total_seq_len,
-            prefill_chunk_size=prefill_chunk_size,
-            page_size=page_size,
-            support_sliding_window=support_sliding_window,
-            layer_partition=rx.ShapeExpr([0, cfg.num_hidden_layers]),
-            num_hidden_layers=cfg.num_hidden_layers,
-            num_attention_heads=cfg.num_attention_heads,
-            num_key_value_heads=cfg.num_key_value_heads,
-            qk_head_dim=cfg.head_dim,
-            v_head_dim=cfg.head_dim,
-            mla_original_qk_head_dim=0,
-            mla_original_v_head_dim=0,
-            rope_mode=RopeMode.NORMAL,
-            rope_scale=1.0 / cfg.linear_rope_factor,
-            rope_theta=cfg.rope_theta,
-            rope_scaling=rope_scaling,
-            rope_ext_factors=rx.prim_value(0),
-            rotary_dim=cfg.head_dim,
-            enable_disaggregation=False,
-            dtype=self.dtype,
-            target=self.target,
-        )
-        self.kv_cache_extern_mods = list(getattr(cache, "extern_mods", []))
-        return cache
-
-    def export_spec(self) -> dict[str, Any]:
-        """Signatures of the exported functions (symbolic sizes named)."""
-        hidden = self.config.hidden_size
-        packed = {"param_mode": "packed", "effect_mode": "none"}
-        kv = nn.spec.Object(object_type=PagedKVCache)
+        rope_scale, rope_scaling = kv_cache_rope(cfg.rope_type, cfg.rope_scaling)
+        model_rotates = cfg.rope_type in MODEL_APPLIED_ROPE_TYPES
         return {
-            "embed": {"input_ids": nn.spec.Tensor(["seq_len"], "int32"), "$": packed},
-            "prefill": {
-                "input_embed": nn.spec.Tensor([1, "seq_len", hidden], self.dtype),
-                "logit_positions": nn.spec.Tensor(["num_logits"], "int32"),
-                "kv_cache": kv,
-                "$": packed,
-            },
-            "decode": {
-                "input_embed": nn.spec.Tensor(["batch_size", 1, hidden], self.dtype),
-                "kv_cache": kv,
-                "$": packed,
-            },
-            "decode_single": {
-                "input_embed": nn.spec.Tensor([1, 1, hidden], self.dtype),
-                "kv_cache": kv,
-                "$": packed,
-            },
-            "create_kv_cache": {
-                "max_batch_size": int,
-                "max_total_seq_len": int,
-                "prefill_chunk_size": int,
-                "page_size": int,
-                "support_sliding_window": int,
-                "$": {"param_mode": "none", "effect_mode": "none"},
-            },
+            "rope_mode": RopeMode.NONE if model_rotates else RopeMode.NORMAL,
+            "rope_scale": rope_scale,
+            "rope_theta": cfg.rope_theta,
+            "rope_scaling": rope_scaling,
+            "rotary_dim": cfg.rotary_dim,
         }
 
 
@@ -274,4 +235,9 @@ def fused_weight_sources(param_name: str) -> tuple[list[str], int]:
         if marker in param_name:
             prefix, suffix = param_name.split(marker)
             return [f"{prefix}.{part}.{suffix}" for part in parts], 0
+    return [param_name], 0
+
+
+def prefused_weight_sources(param_name: str) -> tuple[list[str], int]:
+    """Checkpoints that already store qkv_proj / gate_up_proj: every name is its own source."""
     return [param_name], 0

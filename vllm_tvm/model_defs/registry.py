@@ -13,9 +13,10 @@ from typing import Any
 
 from tvm.relax.frontend import nn
 
-from vllm_tvm.model_defs import deepseek, llama, moe
-from vllm_tvm.model_defs.config import LlamaFamilyConfig, parse_llama_family_config
+from vllm_tvm.model_defs import deepseek, learned_positions, llama, moe
+from vllm_tvm.model_defs.config import ConfigRecord, parse_llama_family_config
 from vllm_tvm.model_defs.deepseek_config import DEEPSEEK_ARCHITECTURES, parse_deepseek_config
+from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
 from vllm_tvm.model_defs.moe_config import (
     MOE_ARCHITECTURES,
     REFUSED_MOE_ARCHITECTURES,
@@ -34,7 +35,7 @@ class ModelFamily:
     """How to build one family: parse its config, build its nn model, map its weights."""
 
     name: str
-    parse_config: Callable[[dict[str, Any]], LlamaFamilyConfig]
+    parse_config: Callable[[dict[str, Any]], ConfigRecord]
     build_model: Callable[..., nn.Module]
     """(config, dtype, target, attention='tir') -> the exportable model."""
     weight_sources: WeightSources
@@ -43,7 +44,7 @@ class ModelFamily:
     (the expert count of a stacked expert projection); when set it replaces
     `weight_sources`."""
 
-    def sources_for(self, config: LlamaFamilyConfig) -> WeightSources:
+    def sources_for(self, config: ConfigRecord) -> WeightSources:
         """The checkpoint tensors of each parameter of a model built from `config`."""
         if self.config_weight_sources is None:
             return self.weight_sources
@@ -74,6 +75,27 @@ _DEEPSEEK_FAMILY = ModelFamily(
     config_weight_sources=moe.moe_weight_sources,
 )
 
+_PHI3_FAMILY = ModelFamily(
+    name="phi3",
+    parse_config=parse_llama_family_config,
+    build_model=llama.LlamaForCausalLM,
+    weight_sources=llama.prefused_weight_sources,
+)
+
+_OPT_FAMILY = ModelFamily(
+    name="opt",
+    parse_config=parse_learned_position_config,
+    build_model=learned_positions.LearnedPositionForCausalLM,
+    weight_sources=learned_positions.opt_weight_sources,
+)
+
+_GPT2_FAMILY = ModelFamily(
+    name="gpt2",
+    parse_config=parse_learned_position_config,
+    build_model=learned_positions.LearnedPositionForCausalLM,
+    weight_sources=learned_positions.gpt2_weight_sources,
+)
+
 ARCHITECTURES: dict[str, ModelFamily] = {
     "LlamaForCausalLM": _LLAMA_FAMILY,
     "MistralForCausalLM": _LLAMA_FAMILY,
@@ -81,6 +103,11 @@ ARCHITECTURES: dict[str, ModelFamily] = {
     "Qwen3ForCausalLM": _LLAMA_FAMILY,
     **dict.fromkeys(MOE_ARCHITECTURES, _MOE_FAMILY),
     **dict.fromkeys(DEEPSEEK_ARCHITECTURES, _DEEPSEEK_FAMILY),
+    "Olmo2ForCausalLM": _LLAMA_FAMILY,
+    "GraniteForCausalLM": _LLAMA_FAMILY,
+    "Phi3ForCausalLM": _PHI3_FAMILY,
+    "GPT2LMHeadModel": _GPT2_FAMILY,
+    "OPTForCausalLM": _OPT_FAMILY,
 }
 
 

@@ -1,0 +1,148 @@
+"""The compiled contract every decoder-only model exports, written once.
+
+Why: the functions the runtime calls (`prefill`, `decode`, `decode_single`,
+`create_kv_cache`; docs/ARCHITECTURE.md) and their signatures do not depend on the family.
+A model definition (llama.py, learned_positions.py) subclasses `PagedCausalLM` and supplies
+its body `model(hidden, kv_cache)`, `embed`, `logits` and the KV cache's RoPE arguments
+(`cache_rope`); the paged KV cache itself is built here from the config's head shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from tvm import relax as rx
+from tvm import tirx
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import Tensor, op
+from tvm.relax.frontend.nn.llm.kv_cache import (
+    FlashInferPagedKVCache,
+    PagedKVCache,
+    TIRPagedKVCache,
+)
+from tvm.target import Target
+
+
+class HeadShape(Protocol):
+    """What the contract reads from a model config."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+
+
+class PagedCausalLM(nn.Module):
+    """Exported functions over a paged KV cache; subclasses define the network."""
+
+    model: nn.Module
+
+    def __init__(self, config: Any, dtype: str, target: Target, attention: str = "tir") -> None:
+        """`attention`: `tir` (TVM's TIR kernels) or `flashinfer` (compiler/attention.py)."""
+        self.config = config
+        self.dtype = dtype
+        self.target = target
+        self.attention = attention
+        self.kv_cache_extern_mods: list[Any] = []
+        """Compiled objects the KV cache's kernels live in (FlashInfer), set by export."""
+
+    def embed(self, input_ids: Tensor) -> Tensor:
+        """Token ids [n] -> embeddings [n, hidden]."""
+        raise NotImplementedError
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """fp32 logits of final hidden states."""
+        raise NotImplementedError
+
+    def cache_rope(self) -> dict[str, Any]:
+        """`rope_mode`, `rope_scale`, `rope_theta`, `rope_scaling`, `rotary_dim` of the cache."""
+        raise NotImplementedError
+
+    def prefill(
+        self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, PagedKVCache]:
+        """Ragged prefill of the sequences begun in `kv_cache`; fp32 logits at the positions."""
+        hidden = self.model(input_embed, kv_cache)
+        hidden = op.take(hidden, logit_positions, axis=1)
+        return self.logits(hidden), kv_cache
+
+    def decode(self, input_embed: Tensor, kv_cache: PagedKVCache) -> tuple[Tensor, PagedKVCache]:
+        """One token for each of `batch` sequences; fp32 logits [batch, 1, vocab]."""
+        hidden = self.model(input_embed, kv_cache)
+        return self.logits(hidden), kv_cache
+
+    def decode_single(
+        self, input_embed: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, PagedKVCache]:
+        """`decode` for exactly one sequence: static shapes let every projection be
+        scheduled as a plain GEMV (the batch-1 case is the latency-critical one)."""
+        return self.decode(input_embed, kv_cache)
+
+    def create_kv_cache(
+        self,
+        max_batch_size: tirx.Var,
+        max_total_seq_len: tirx.Var,
+        prefill_chunk_size: tirx.Var,
+        page_size: tirx.Var,
+        support_sliding_window: tirx.Var,
+    ) -> PagedKVCache:
+        """The paged KV cache object, sized at run time."""
+        cfg: HeadShape = self.config
+        cache_class = FlashInferPagedKVCache if self.attention == "flashinfer" else TIRPagedKVCache
+        cache = cache_class(
+            attn_kind="mha",
+            max_batch_size=max_batch_size,
+            max_total_seq_len=max_total_seq_len,
+            prefill_chunk_size=prefill_chunk_size,
+            page_size=page_size,
+            support_sliding_window=support_sliding_window,
+            layer_partition=rx.ShapeExpr([0, cfg.num_hidden_layers]),
+            num_hidden_layers=cfg.num_hidden_layers,
+            num_attention_heads=cfg.num_attention_heads,
+            num_key_value_heads=cfg.num_key_value_heads,
+            qk_head_dim=cfg.head_dim,
+            v_head_dim=cfg.head_dim,
+            mla_original_qk_head_dim=0,
+            mla_original_v_head_dim=0,
+            rope_ext_factors=rx.prim_value(0),
+            **self.cache_rope(),
+            enable_disaggregation=False,
+            dtype=self.dtype,
+            target=self.target,
+        )
+        self.kv_cache_extern_mods = list(getattr(cache, "extern_mods", []))
+        return cache
+
+    def export_spec(self) -> dict[str, Any]:
+        """Signatures of the exported functions (symbolic sizes named)."""
+        hidden = self.config.hidden_size
+        packed = {"param_mode": "packed", "effect_mode": "none"}
+        kv = nn.spec.Object(object_type=PagedKVCache)
+        return {
+            "embed": {"input_ids": nn.spec.Tensor(["seq_len"], "int32"), "$": packed},
+            "prefill": {
+                "input_embed": nn.spec.Tensor([1, "seq_len", hidden], self.dtype),
+                "logit_positions": nn.spec.Tensor(["num_logits"], "int32"),
+                "kv_cache": kv,
+                "$": packed,
+            },
+            "decode": {
+                "input_embed": nn.spec.Tensor(["batch_size", 1, hidden], self.dtype),
+                "kv_cache": kv,
+                "$": packed,
+            },
+            "decode_single": {
+                "input_embed": nn.spec.Tensor([1, 1, hidden], self.dtype),
+                "kv_cache": kv,
+                "$": packed,
+            },
+            "create_kv_cache": {
+                "max_batch_size": int,
+                "max_total_seq_len": int,
+                "prefill_chunk_size": int,
+                "page_size": int,
+                "support_sliding_window": int,
+                "$": {"param_mode": "none", "effect_mode": "none"},
+            },
+        }

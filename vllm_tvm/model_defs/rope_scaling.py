@@ -1,0 +1,204 @@
+"""RoPE scaling: HF `rope_scaling` / `rope_parameters` -> the rotation the model runs.
+
+Why a module of its own: HF spells the same RoPE in two layouts (transformers 4's
+`rope_theta` + `rope_scaling`, transformers 5's `rope_parameters`) and six types, while TVM's
+KV cache rotates q/k itself with a few built-in formulas. Each supported type is mapped here
+onto a rotation whose formula equals transformers' (float32 rounding apart), either one of
+the cache's own or the model's (rotary.py):
+
+- `default`, `linear` (positions divided by `factor`), `llama3`: TVM's own formulas.
+- `dynamic` (dynamic NTK): transformers uses the default frequencies for every sequence up
+  to `max_position_embeddings` and grows the base only past it; the context is that length,
+  so `dynamic` runs as `default`.
+- `yarn` and `longrope`: both are "per-frequency inverse frequencies, then cos/sin times an
+  attention factor". TVM 0.27's own longrope kernel does not build (its `if ext_factors:`
+  tests a buffer's truth) and its yarn ramp runs over the raw channel index (the second half
+  of the rotating channels gets other frequencies than transformers gives them), so the
+  model rotates q/k itself for these two (model_defs/rotary.py) with the frequencies and the
+  factor computed here exactly as transformers computes them, and the cache rotates nothing.
+- `longrope` factors: transformers rotates with `short_factor` while a sequence is within
+  `original_max_position_embeddings` and switches every position to `long_factor` past it.
+  The paged KV cache keeps keys rotated once, so only the short-factor regime can be exact:
+  the short factors are used and the context is capped at `original_max_position_embeddings`.
+- `partial_rotary_factor`: only the first `int(head_dim * factor)` channels rotate.
+
+Anything else is refused here, by name, before a compile starts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "dynamic", "yarn", "longrope")
+LLAMA3_ROPE_KEYS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
+YARN_DEFAULT_BETA_FAST = 32.0
+YARN_DEFAULT_BETA_SLOW = 1.0
+
+
+MODEL_APPLIED_ROPE_TYPES = ("yarn", "longrope")
+
+
+class RopeConfigError(ValueError):
+    """A RoPE setting the KV cache cannot reproduce exactly."""
+
+
+def _raw_rope(config: dict[str, Any]) -> tuple[float, str, dict[str, Any]]:
+    """(theta, rope type, remaining parameters) from either transformers 4 or 5 spelling."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        theta = float(params["rope_theta"])
+        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    else:
+        theta = float(config.get("rope_theta", 10000.0))
+        scaling = dict(config.get("rope_scaling") or {})
+    rope_type = scaling.pop("rope_type", None) or scaling.get("type") or "default"
+    scaling.pop("type", None)
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise RopeConfigError(
+            f"unsupported rope_scaling type '{rope_type}'; supported: "
+            + ", ".join(SUPPORTED_ROPE_TYPES)
+        )
+    return theta, rope_type, scaling
+
+
+def partial_rotary_factor(config: dict[str, Any]) -> float:
+    """Fraction of each head's channels that rotate (top level or inside rope_parameters)."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and "partial_rotary_factor" in params:
+        return float(params["partial_rotary_factor"])
+    return float(config.get("partial_rotary_factor") or 1.0)
+
+
+def _original_length(config: dict[str, Any], scaling: dict[str, Any]) -> int:
+    value = scaling.get("original_max_position_embeddings") or config.get(
+        "original_max_position_embeddings"
+    )
+    return int(value or config.get("max_position_embeddings", 2048))
+
+
+def _require_keys(rope_type: str, scaling: dict[str, Any], keys: tuple[str, ...]) -> None:
+    missing = [k for k in keys if scaling.get(k) is None]
+    if missing:
+        raise RopeConfigError(f"rope_scaling type '{rope_type}' is missing key '{missing[0]}'")
+
+
+def _yarn_attention_factor(scaling: dict[str, Any], factor: float) -> float:
+    """transformers' yarn attention factor (`0.1 ln(factor) + 1`, or mscale / mscale_all_dim)."""
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+
+    def mscale(scale: float, weight: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * weight * math.log(scale) + 1.0
+
+    if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        return mscale(factor, scaling["mscale"]) / mscale(factor, scaling["mscale_all_dim"])
+    return mscale(factor)
+
+
+def _longrope_attention_factor(scaling: dict[str, Any], context: int, original: int) -> float:
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor = float(scaling.get("factor") or context / original)
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def rope_settings(
+    config: dict[str, Any], rotary_dim: int
+) -> tuple[float, str, dict[str, Any], int]:
+    """(theta, rope type, normalised parameters, context length run exactly) of an HF config.
+
+    `rotary_dim` is the number of rotating channels per head (it sizes longrope's factors).
+    """
+    if rotary_dim % 2:
+        raise RopeConfigError(
+            f"unsupported rotary dimension {rotary_dim} (head_dim x partial_rotary_factor); "
+            "supported: an even number"
+        )
+    theta, rope_type, scaling = _raw_rope(config)
+    context = int(config.get("max_position_embeddings", 2048))
+    if rope_type in ("default", "dynamic"):
+        return theta, rope_type, {}, context
+    if rope_type == "linear":
+        _require_keys(rope_type, scaling, ("factor",))
+        return theta, rope_type, {"factor": float(scaling["factor"])}, context
+    if rope_type == "llama3":
+        _require_keys(rope_type, scaling, LLAMA3_ROPE_KEYS)
+        return theta, rope_type, {k: float(scaling[k]) for k in LLAMA3_ROPE_KEYS}, context
+    original = _original_length(config, scaling)
+    if rope_type == "yarn":
+        _require_keys(rope_type, scaling, ("factor",))
+        factor = float(scaling["factor"])
+        params = {
+            "factor": factor,
+            "original_max_position_embeddings": original,
+            "beta_fast": float(scaling.get("beta_fast") or YARN_DEFAULT_BETA_FAST),
+            "beta_slow": float(scaling.get("beta_slow") or YARN_DEFAULT_BETA_SLOW),
+            "truncate": bool(scaling.get("truncate", True)),
+            "attention_factor": _yarn_attention_factor(scaling, factor),
+        }
+        return theta, rope_type, params, context
+    _require_keys(rope_type, scaling, ("short_factor",))
+    short = [float(x) for x in scaling["short_factor"]]
+    if len(short) != rotary_dim // 2:
+        raise RopeConfigError(
+            f"rope_scaling type 'longrope' has {len(short)} short factors; "
+            f"the rotary dimension {rotary_dim} needs {rotary_dim // 2}"
+        )
+    params = {
+        "short_factor": short,
+        "original_max_position_embeddings": original,
+        "attention_factor": _longrope_attention_factor(scaling, context, original),
+    }
+    return theta, rope_type, params, min(context, original)
+
+
+def _yarn_divisors(params: dict[str, Any], theta: float, rotary_dim: int) -> np.ndarray:
+    """Per-frequency divisors that turn the default frequencies into transformers' yarn ones."""
+
+    def correction_dim(rotations: float) -> float:
+        ratio = params["original_max_position_embeddings"] / (rotations * 2 * math.pi)
+        return rotary_dim * math.log(ratio) / (2 * math.log(theta))
+
+    low = correction_dim(params["beta_fast"])
+    high = correction_dim(params["beta_slow"])
+    if params["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rotary_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(rotary_dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1.0 - ramp
+    return 1.0 / ((1.0 - extrapolation) / params["factor"] + extrapolation)
+
+
+def kv_cache_rope(rope_type: str, params: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """(position scale, TVM `rope_scaling` dict) for the types the KV cache rotates itself."""
+    if rope_type == "linear":
+        return 1.0 / params["factor"], {}
+    if rope_type == "llama3":
+        return 1.0, {"rope_type": "llama3", **params}
+    return 1.0, {}
+
+
+def model_applied_rope(
+    rope_type: str, params: dict[str, Any], theta: float, rotary_dim: int
+) -> tuple[np.ndarray, float] | None:
+    """(inverse frequencies [rotary_dim / 2] in float32, cos/sin factor) for the types the
+    model rotates itself (yarn, longrope), else None (the KV cache rotates)."""
+    if rope_type not in MODEL_APPLIED_ROPE_TYPES:
+        return None
+    exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
+    default = 1.0 / theta**exponents
+    if rope_type == "yarn":
+        inv_freq = default / _yarn_divisors(params, theta, rotary_dim)
+    else:
+        inv_freq = default / np.asarray(params["short_factor"], dtype=np.float64)
+    return inv_freq.astype(np.float32), float(params["attention_factor"])
