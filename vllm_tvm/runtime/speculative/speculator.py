@@ -14,7 +14,9 @@ What may be drafted, so that nothing a request asked for changes:
 - at most `num_speculative_tokens`, and never past what the request may still output
   (`max_tokens`, the context window): accepting every draft plus the bonus token still fits;
 - within the step's token budget and the free KV blocks (drafts shrink to fit; none: the
-  row stays a plain decode row).
+  row stays a plain decode row);
+- not while the sequence backs off (backoff.py): a draft with nothing accepted pauses its
+  drafting, so text that does not repeat costs few wasted verify forwards.
 A step in which nothing is drafted runs exactly as without speculation.
 """
 
@@ -29,6 +31,7 @@ from vllm_tvm.runtime.model.batch import ForwardBatch, is_decode_row, ragged_bat
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.device_sampling import needs_host_row
 from vllm_tvm.runtime.sampling.dispatch import SamplingDispatch, failure_message
+from vllm_tvm.runtime.speculative.backoff import DraftBackoff
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.speculative.ngram import NgramProposer
 from vllm_tvm.runtime.speculative.verify import Verified, verify_greedy, verify_on_host
@@ -77,6 +80,7 @@ class Speculator:
     ) -> None:
         self.config = config
         self.proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
+        self.backoff = DraftBackoff()
         self.block_manager = block_manager
         self.sampling = sampling
         self.metrics = metrics
@@ -103,7 +107,7 @@ class Speculator:
 
     def _draft(self, item: ScheduledSequence, budget: int) -> list[int]:
         seq = item.seq
-        if not is_decode_row(item) or self.sampling.may_mask(seq):
+        if not is_decode_row(item) or self.sampling.may_mask(seq) or self.backoff.pauses(seq):
             return []
         room = min(self.config.num_speculative_tokens, budget)
         room = min(room, self.max_model_len - seq.num_tokens - 1)
@@ -138,6 +142,7 @@ class Speculator:
                 outcomes.append(VerifyOutcome(row, None, failure_message(err)))
                 continue
             self.metrics.add_spec_decode(len(row.draft_token_ids), verified.num_accepted)
+            self.backoff.record(row.seq, verified.num_accepted)
             outcomes.append(VerifyOutcome(row, verified, None))
         return outcomes
 
