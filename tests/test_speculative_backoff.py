@@ -1,9 +1,13 @@
-"""A sequence whose draft is wholly rejected pauses drafting for 1, 2, 4, ... steps (at
+"""A sequence whose draft is wholly rejected pauses drafting for 4, 8, 16, ... steps (at
 most MAX_PAUSE_STEPS); an accepted token ends the pause; sequences back off independently."""
 
 from __future__ import annotations
 
-from vllm_tvm.runtime.speculative.backoff import MAX_PAUSE_STEPS, DraftBackoff
+from vllm_tvm.runtime.speculative.backoff import (
+    FIRST_PAUSE_STEPS,
+    MAX_PAUSE_STEPS,
+    DraftBackoff,
+)
 
 
 class Seq:
@@ -24,7 +28,8 @@ def test_pauses_double_after_each_wholly_rejected_draft_up_to_the_cap() -> None:
     for _ in range(8):
         backoff.record(seq, 0)  # type: ignore[arg-type]
         pauses.append(_paused_steps(backoff, seq))
-    assert pauses == [1, 2, 4, 8, 16, 32, 32, 32] and MAX_PAUSE_STEPS == 32
+    assert (FIRST_PAUSE_STEPS, MAX_PAUSE_STEPS) == (4, 64)
+    assert pauses == [4, 8, 16, 32, 64, 64, 64, 64]
 
 
 def test_an_accepted_token_ends_the_backoff_and_sequences_are_independent() -> None:
@@ -35,4 +40,4 @@ def test_an_accepted_token_ends_the_backoff_and_sequences_are_independent() -> N
     assert _paused_steps(backoff, seq) == 0
     backoff.record(seq, 0)  # type: ignore[arg-type]
     assert not backoff.pauses(other)  # type: ignore[arg-type]
-    assert _paused_steps(backoff, seq) == 1
+    assert _paused_steps(backoff, seq) == FIRST_PAUSE_STEPS

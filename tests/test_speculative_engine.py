@@ -212,3 +212,20 @@ def test_sampled_outputs_follow_the_distribution_without_speculation(make_llm) -
     assert 0 < stats.spec_decode_num_accepted_tokens < stats.spec_decode_num_draft_tokens
     # the test tells apart a sampler that always took the draft
     assert _homogeneity_p_value(runs[0], [tuple(greedy)] * samples) < 1e-4
+
+
+def test_a_prompt_cached_up_to_its_last_token_is_timed_from_its_first_token(make_llm) -> None:
+    """A prefix hit leaves only the prompt's last token to compute, a step that looks like
+    a decode row: its sample is the first output token, counted as such, never a draft."""
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    plain = make_llm(block_size=16)
+    prompts = prompts_of_lengths(plain, [17, 33])
+    expected = token_ids(plain.generate(prompts, params))
+    speculative = with_oracle(make_llm(block_size=16, speculative_config=NGRAM), prompts, expected)
+    speculative.generate(prompts, params)
+    again = speculative.generate(prompts, params)
+    assert [o.num_cached_tokens for o in again] == [16, 32]
+    assert token_ids(again) == expected
+    stats = spec_stats(speculative)
+    assert stats.time_to_first_token.count == 4 and stats.prompt_tokens == 2 * (17 + 33)
+    assert stats.spec_decode_num_accepted_tokens > 0

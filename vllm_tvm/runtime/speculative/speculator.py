@@ -9,14 +9,16 @@ commits the accepted drafts and one more token (verify.py), and the KV cache dro
 the model computed for the rejected drafts (`BlockManager.drop_last_tokens`).
 
 What may be drafted, so that nothing a request asked for changes:
-- decode rows only (a prompt chunk or prompt logprobs need their own rows);
+- decode rows after the first output token (a prompt chunk or prompt logprobs need their
+  own rows; a prompt's last token after a prefix-cache hit looks like a decode row, but
+  its sample is the request's first token, which the engine times and counts apart);
 - not a row a logits hook may mask (structured output advances its grammar token by token);
 - at most `num_speculative_tokens`, and never past what the request may still output
   (`max_tokens`, the context window): accepting every draft plus the bonus token still fits;
 - within the step's token budget and the free KV blocks (drafts shrink to fit; none: the
   row stays a plain decode row);
 - not while the sequence backs off (backoff.py): a draft with nothing accepted pauses its
-  drafting, so text that does not repeat costs few wasted verify forwards.
+  drafting, so text the proposer cannot predict costs few wasted verify forwards.
 A step in which nothing is drafted runs exactly as without speculation.
 """
 
@@ -107,7 +109,12 @@ class Speculator:
 
     def _draft(self, item: ScheduledSequence, budget: int) -> list[int]:
         seq = item.seq
-        if not is_decode_row(item) or self.sampling.may_mask(seq) or self.backoff.pauses(seq):
+        if (
+            not seq.output_token_ids
+            or not is_decode_row(item)
+            or self.sampling.may_mask(seq)
+            or self.backoff.pauses(seq)
+        ):
             return []
         room = min(self.config.num_speculative_tokens, budget)
         room = min(room, self.max_model_len - seq.num_tokens - 1)
