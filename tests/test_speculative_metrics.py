@@ -53,3 +53,22 @@ def test_the_bench_row_shows_the_mean_acceptance_length_when_there_is_one() -> N
     assert "acceptance" not in table_row(level)
     row = table_row(LevelMetrics(1, 1, 2.0, 8, 16, 0.5, 8.0, 12.0, *[1.0] * 10, 2.5))
     assert row.endswith("mean acceptance length 2.50")
+
+
+def test_a_speculative_bench_level_reports_its_mean_acceptance_length(tiny_model_dir) -> None:
+    from vllm_tvm.benchmarking import BenchConfig, run_benchmark
+
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
+    config = BenchConfig.from_options(
+        tiny_model_dir("llama"),
+        concurrency=(1,),
+        input_len=16,
+        output_len=24,
+        show_progress=False,
+        speculative_config=spec,
+    )
+    report = run_benchmark(config)
+    [level] = report.levels
+    assert level.total_output_tokens == level.completed * 24
+    assert level.mean_acceptance_length is not None and level.mean_acceptance_length >= 1
+    assert report.conditions["speculative_config"]["num_speculative_tokens"] == 3
