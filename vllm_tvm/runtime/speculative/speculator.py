@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.model.batch import ForwardBatch, is_decode_row, ragged_batch
@@ -132,13 +134,13 @@ class Speculator:
         """Each drafted row's accepted drafts and next token, from the step's logits (rows
         that failed to sample carry their error); the acceptance is counted in the
         metrics."""
-        greedy = [_greedy_on_device(row.seq) for row in step.drafted]
-        targets = logits.argmax() if any(greedy) else None
+        targets: np.ndarray | None = None  # every row's argmax, taken once when needed
         outcomes: list[VerifyOutcome] = []
-        for row, on_device in zip(step.drafted, greedy, strict=True):
+        for row in step.drafted:
             rows = slice(row.first_row, row.first_row + len(row.draft_token_ids) + 1)
             try:
-                if targets is not None and on_device:
+                if _greedy_on_device(row.seq):
+                    targets = logits.argmax() if targets is None else targets
                     verified = verify_greedy(targets[rows].tolist(), row.draft_token_ids)
                 else:
                     values = logits.numpy()[rows]
