@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from vllm_tvm.runtime.engine.metrics import EngineStats
+
 
 @dataclass(frozen=True)
 class RequestTiming:
@@ -72,6 +74,7 @@ class LevelMetrics:
     mean_e2el_ms: float
     median_e2el_ms: float
     p99_e2el_ms: float
+    mean_acceptance_length: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -120,3 +123,13 @@ def summarize_level(
         median_e2el_ms=e2el[1],
         p99_e2el_ms=e2el[2],
     )
+
+
+def mean_acceptance_length(before: EngineStats, after: EngineStats) -> float | None:
+    """Tokens committed per verified draft between two engine readings, the bonus token
+    included (vLLM's mean acceptance length); None when nothing was drafted."""
+    drafts = after.spec_decode_num_drafts - before.spec_decode_num_drafts
+    if not drafts:
+        return None
+    accepted = after.spec_decode_num_accepted_tokens - before.spec_decode_num_accepted_tokens
+    return 1 + accepted / drafts

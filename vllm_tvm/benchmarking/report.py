@@ -124,6 +124,9 @@ def table_row(level: LevelMetrics) -> str:
         trio(level.mean_tpot_ms, level.median_tpot_ms, level.p99_tpot_ms),
         "-" if level.mean_itl_ms is None else f"{level.mean_itl_ms:.1f}",
     )
-    return "  ".join(
+    row = "  ".join(
         cell.rjust(width) for cell, (_, width) in zip(cells, _TABLE_COLUMNS, strict=True)
     )
+    if level.mean_acceptance_length is None:
+        return row
+    return f"{row}  mean acceptance length {level.mean_acceptance_length:.2f}"

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import Manifest, read_manifest
 from vllm_tvm.benchmarking.config import BenchConfig, check_fits
 from vllm_tvm.benchmarking.engine_setup import load_bench_engine, resolve_bench_artifact
-from vllm_tvm.benchmarking.metrics import LevelMetrics, summarize_level
+from vllm_tvm.benchmarking.metrics import LevelMetrics, mean_acceptance_length, summarize_level
 from vllm_tvm.benchmarking.report import BenchReport, host, versions
 from vllm_tvm.benchmarking.runner import (
     WARMUP_OUTPUT_LEN,
@@ -76,8 +77,11 @@ def run_benchmark(config: BenchConfig, on_level: LevelCallback | None = None) ->
     )
     for concurrency in config.concurrency:
         prompts = workload.prompts[: config.prompts_for(concurrency)]
+        before = engine.metrics.snapshot()
         run = run_level(engine, prompts, concurrency, params)
         level = summarize_level(run.concurrency, run.timings, run.duration)
+        acceptance = mean_acceptance_length(before, engine.metrics.snapshot())
+        level = replace(level, mean_acceptance_length=acceptance)
         report.levels.append(level)
         if on_level is not None:
             on_level(level)
@@ -140,6 +144,9 @@ def _conditions(
         "block_size": engine.cache_config.block_size,
         "num_blocks": engine.cache_config.num_blocks,
         "prefix_caching": engine.cache_config.enable_prefix_caching,
+        "speculative_config": None
+        if options.speculative_config is None
+        else asdict(options.speculative_config),
         "warmup": {
             "prompt_len": warmup_len,
             "output_len": min(WARMUP_OUTPUT_LEN, config.output_len),

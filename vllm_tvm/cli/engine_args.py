@@ -32,6 +32,7 @@ from vllm_tvm.runtime.engine.args import (
     option_names,
 )
 from vllm_tvm.runtime.sampling.params import LOGPROBS_MODES
+from vllm_tvm.runtime.speculative.config import METHODS, SpeculativeConfig
 from vllm_tvm.runtime.weights.load_format import LOAD_FORMATS
 
 NOT_FLAGS = ("show_progress", "skip_tokenizer_init")
@@ -112,6 +113,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _int(parser, "--seed", "seed of unseeded sampling and of dummy weights")
     add_registry_arguments(parser)
+    parser.add_argument(
+        "--speculative-config",
+        type=_speculative_config,
+        default=None,
+        help="speculative decoding as vLLM's JSON, e.g. "
+        '\'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\' '
+        f"(methods {', '.join(METHODS)}; not all are implemented) (default off)",
+    )
 
 
 def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> EngineArgs:
@@ -133,6 +142,13 @@ def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> Engi
 
         options["model"] = str(default_model_path())
     return registry_engine_args(EngineArgs(**options), registry_settings_from_cli(namespace))
+
+
+def _speculative_config(text: str) -> SpeculativeConfig:
+    try:
+        return SpeculativeConfig.from_json(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _default(name: str) -> str:

@@ -30,7 +30,6 @@ NO_EFFECT_OPTIONS = {
 """vLLM flags taking a value, accepted with no effect (the value is ignored), and why."""
 
 NOT_IMPLEMENTED = (
-    "--speculative-config",
     "--kv-transfer-config",
     "--enable-jump-forward",
     "--tokenizer",

@@ -128,6 +128,7 @@ class EngineCollector(Collector):
             "Histogram of end to end request latency in seconds.",
             stats.e2e_request_latency,
         )
+        yield from _spec_decode_series(stats, labels, values)
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "Information of the KV cache configuration.",
@@ -138,6 +139,32 @@ class EngineCollector(Collector):
             [str(cache.block_size), str(cache.num_blocks), str(cache.enable_prefix_caching)], 1
         )
         yield info
+
+
+def _spec_decode_series(
+    stats: EngineStats, labels: list[str], values: list[str]
+) -> Iterator[Metric]:
+    """vLLM's speculative decoding counters, when the engine speculates."""
+    per_pos = stats.spec_decode_num_accepted_tokens_per_pos
+    if not per_pos:
+        return
+    totals = (
+        ("drafts", "Number of spec decoding drafts.", stats.spec_decode_num_drafts),
+        ("draft_tokens", "Number of draft tokens.", stats.spec_decode_num_draft_tokens),
+        ("accepted_tokens", "Number of accepted tokens.", stats.spec_decode_num_accepted_tokens),
+    )
+    for name, doc, value in totals:
+        family = CounterMetricFamily(f"vllm:spec_decode_num_{name}", doc, labels=labels)
+        family.add_metric(values, value)
+        yield family
+    by_position = CounterMetricFamily(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        labels=[*labels, "position"],
+    )
+    for position, count in enumerate(per_pos):
+        by_position.add_metric([*values, str(position)], count)
+    yield by_position
 
 
 def metrics_registry(

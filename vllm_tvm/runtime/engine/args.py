@@ -23,6 +23,7 @@ from vllm_tvm.checkpoints.group_quantization import check_quantization
 from vllm_tvm.checkpoints.weight_formats import NATIVE, check_weight_format_mode
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.sampling.params import LogprobsMode, check_logprobs_mode
+from vllm_tvm.runtime.speculative.config import SpeculativeConfig, as_speculative_config
 from vllm_tvm.runtime.weights.load_format import AUTO, check_load_format
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ class EngineArgs:
     none: DEFAULT_NUM_BLOCKS. `max_model_len` None fits the model's length to the pool;
     `max_num_batched_tokens` None is DEFAULT_MAX_NUM_BATCHED_TOKENS. `load_format` is one of
     load_format.LOAD_FORMATS (`dummy` weights are seeded by `seed`, 0 when None);
-    `skip_tokenizer_init` loads no tokenizer.
+    `skip_tokenizer_init` loads no tokenizer. `speculative_config` (vLLM's JSON, a dict or
+    a `SpeculativeConfig`; None: off) makes decode steps verify proposed tokens.
     """
 
     model: str | Path
@@ -70,8 +72,13 @@ class EngineArgs:
     seed: int | None = None
     show_progress: bool = True
     skip_tokenizer_init: bool = False
+    speculative_config: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
+        # vLLM takes the speculative config as JSON text or a dict: kept parsed, once.
+        object.__setattr__(
+            self, "speculative_config", as_speculative_config(self.speculative_config)
+        )
         target_kind_for(self.device)
         check_weight_format_mode(self.weight_format)
         check_quantization(self.quantization)

@@ -49,6 +49,8 @@ from vllm_tvm.runtime.sampling.dispatch import (
 )
 from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
 from vllm_tvm.runtime.sampling.sampler import Sampler, prompt_logprobs
+from vllm_tvm.runtime.speculative.config import SpeculativeConfig
+from vllm_tvm.runtime.speculative.speculator import Speculator, VerifyStep
 from vllm_tvm.runtime.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -67,10 +69,12 @@ class LLMEngine:
         max_model_len: int,
         logprobs_mode: LogprobsMode = "raw_logprobs",
         seed: int | None = None,
+        speculative_config: SpeculativeConfig | None = None,
     ) -> None:
         """Drive `runner`, whose KV cache must hold `cache_config`'s pool, `max_num_seqs`
         sequences per forward and a prefill chunk of the step's token budget. `tokenizer`
-        None: token-id prompts only, no text in the outputs."""
+        None: token-id prompts only, no text in the outputs. `speculative_config` None:
+        every decode step computes one token per sequence."""
         runner.kv_config.check_holds(
             scheduler_config.max_num_seqs,
             scheduler_config.max_num_batched_tokens,
@@ -88,6 +92,17 @@ class LLMEngine:
         self.intake = RequestIntake(tokenizer, eos_token_ids, max_model_len, runner.vocab_size)
         self.sampler = Sampler(logprobs_mode=logprobs_mode, eos_token_ids=eos_token_ids, seed=seed)
         self.sampling = SamplingDispatch(self.sampler, device_sampling_enabled())
+        self.speculator: Speculator | None = None
+        if speculative_config is not None:
+            self.metrics.enable_spec_decode(speculative_config.num_speculative_tokens)
+            self.speculator = Speculator(
+                speculative_config,
+                self.block_manager,
+                self.sampling,
+                self.metrics,
+                scheduler_config.max_num_batched_tokens,
+                max_model_len,
+            )
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []
 
@@ -104,6 +119,7 @@ class LLMEngine:
             parts.max_model_len,
             args.logprobs_mode,
             args.seed,
+            args.speculative_config,
         )
 
     @property
@@ -213,8 +229,10 @@ class LLMEngine:
 
     def _run(self, scheduled: list[ScheduledSequence]) -> list[EngineSequence]:
         """One forward over `scheduled`, then sampling; the sequences whose request changed
-        (advanced, finished or failed), in the order they did."""
-        batch = prepare_batch(scheduled)
+        (advanced, finished or failed), in the order they did. With speculation, decode rows
+        may carry drafts: their tokens are verified and committed first (speculative/)."""
+        verify = self.speculator.plan(scheduled) if self.speculator else None
+        batch = prepare_batch(scheduled) if verify is None else verify.batch
         try:
             logits = run_forward(self.runner, batch)
             self._record_prompt_logprobs(batch, logits)
@@ -223,19 +241,48 @@ class LLMEngine:
             for item in scheduled:
                 self._end(item.seq, FINISH_ERROR, error=f"forward failed: {err}")
             return [item.seq for item in scheduled]
-        for item in scheduled:
+        for item in scheduled if verify is None else verify.plain:
             item.seq.num_computed_tokens += item.num_tokens
             self.block_manager.cache_full_blocks(item.seq)
+        verified = [] if verify is None else self._commit_verified(verify, logits)
         if not batch.sampling_seqs:
-            return []
+            return verified
         try:
             samples = self.sampling.sample(logits, batch.sampling_seqs, batch.sampling_rows)
         except Exception as err:  # beyond what dispatch isolates (a hook, the logits copy)
             logger.exception("sampling failed; failing %d sequences", len(batch.sampling_seqs))
             for seq in batch.sampling_seqs:
                 self._end(seq, FINISH_ERROR, error=sampling_fault(err))
-            return list(batch.sampling_seqs)
-        return self._append_samples(batch.sampling_seqs, samples)
+            return verified + list(batch.sampling_seqs)
+        return verified + self._append_samples(batch.sampling_seqs, samples)
+
+    def _commit_verified(self, verify: VerifyStep, logits: DeviceLogits) -> list[EngineSequence]:
+        """Append each drafted row's accepted drafts and next token (stop rules on every
+        one; what follows a stop is dropped), then roll its KV back to what it keeps."""
+        assert self.speculator is not None
+        now = time.perf_counter()
+        touched: list[EngineSequence] = []
+        for row, verified, error in self.speculator.verify(verify, logits):
+            seq = row.seq
+            touched.append(seq)
+            if verified is None:
+                self._end(seq, FINISH_ERROR, error=error)
+                continue
+            appended = 0
+            try:
+                for token_id, logprobs in zip(verified.token_ids, verified.logprobs, strict=True):
+                    seq.append_token(token_id, logprobs, now)
+                    appended += 1
+                    if seq.is_finished:
+                        break
+            except Exception as err:  # e.g. the detokenizer: this request alone fails
+                self._end(seq, FINISH_ERROR, error=f"output processing failed: {err}")
+                continue
+            self.speculator.commit(row, verified.num_accepted)
+            self.metrics.add_tokens(prompt=0, generated=appended)
+            if seq.is_finished:
+                self._release(seq)
+        return touched
 
     def _record_prompt_logprobs(self, batch: ForwardBatch, logits: DeviceLogits) -> None:
         """The prompt logprobs of the chunks that want them, from their logits rows."""

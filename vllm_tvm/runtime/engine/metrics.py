@@ -70,6 +70,18 @@ class EngineStats:
     time_to_first_token: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     time_per_output_token: Histogram = field(default_factory=lambda: Histogram(TPOT_BUCKETS))
     e2e_request_latency: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    spec_decode_num_drafts: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
+    spec_decode_num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens committed per verified draft, the bonus token included (vLLM's mean
+        acceptance length); None before any draft."""
+        if not self.spec_decode_num_drafts:
+            return None
+        return 1 + self.spec_decode_num_accepted_tokens / self.spec_decode_num_drafts
 
 
 class EngineMetrics:
@@ -79,7 +91,8 @@ class EngineMetrics:
     blocks counted free). Counters: prefix-cache queries and hits (in prompt tokens), prompt
     tokens computed, generated tokens, preemptions, finished requests by finish reason.
     Histograms: time to first token, time per output token (per request, after the first)
-    and end-to-end latency, in seconds.
+    and end-to-end latency, in seconds. Speculative decoding (vLLM's spec_decode series):
+    drafts verified, draft tokens, accepted draft tokens, and accepted drafts per position.
     """
 
     def __init__(self) -> None:
@@ -130,3 +143,20 @@ class EngineMetrics:
             stats.e2e_request_latency.observe(e2e_seconds)
             if output_tokens > 1:
                 stats.time_per_output_token.observe(decode_seconds / (output_tokens - 1))
+
+    def enable_spec_decode(self, num_positions: int) -> None:
+        """Speculation drafts up to `num_positions` tokens a step: count acceptance per
+        position from now on (an empty per-position list means speculation is off)."""
+        with self._lock:
+            self._stats.spec_decode_num_accepted_tokens_per_pos = [0] * num_positions
+
+    def add_spec_decode(self, num_draft_tokens: int, num_accepted: int) -> None:
+        """One draft of `num_draft_tokens` tokens verified, its first `num_accepted` accepted."""
+        with self._lock:
+            stats = self._stats
+            stats.spec_decode_num_drafts += 1
+            stats.spec_decode_num_draft_tokens += num_draft_tokens
+            stats.spec_decode_num_accepted_tokens += num_accepted
+            per_pos = stats.spec_decode_num_accepted_tokens_per_pos
+            for position in range(num_accepted):
+                per_pos[position] += 1

@@ -198,6 +198,14 @@ class BlockManager:
             self._reserve(seq.kv_id, seq.num_computed_tokens + 1)  # type: ignore[arg-type]
         return True
 
+    def drop_last_tokens(self, seq: EngineSequence, count: int) -> None:
+        """Take back the last `count` tokens a forward appended to `seq`'s KV sequence
+        (drafts the model rejected). They lie past its computed tokens, in blocks no one
+        else holds and that are not registered, which stay reserved for the sequence."""
+        assert seq.kv_id is not None
+        if count:
+            self._kv.popn(seq.kv_id, count)
+
     def _reserve(self, kv_id: int, num_tokens: int) -> None:
         table = self._tables[kv_id]
         while len(table) * self.block_size < num_tokens:

@@ -115,6 +115,14 @@ def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
     return _ragged_batch(prefills, decodes)
 
 
+def ragged_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
+    """`prepare_batch`'s ragged forward of `scheduled` even when it holds decode rows only
+    (for a caller that appends chunks of its own: runtime/speculative/)."""
+    prefills = [item for item in scheduled if not is_decode_row(item)]
+    decodes = [item.seq for item in scheduled if is_decode_row(item)]
+    return _ragged_batch(prefills, decodes)
+
+
 def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequence]) -> ForwardBatch:
     """One ragged prefill: the prefill chunks, then the decode rows as 1-token chunks."""
     kv_ids: list[int] = []

@@ -104,6 +104,11 @@ class SamplingDispatch:
             (device if on_device else host).append(index)
         return device, host
 
+    def may_mask(self, seq: EngineSequence) -> bool:
+        """Whether a logits hook may change `seq`'s row (structured output, for one)."""
+        hooks = self.logits_hooks
+        return bool(hooks) and _hook_may_mask(hooks, seq)
+
     def _sample_on_device(
         self, logits: DeviceLogits, seqs: Sequence[EngineSequence], rows: Sequence[int]
     ) -> StepSamples:
@@ -152,7 +157,7 @@ class SamplingDispatch:
             try:
                 alone = self.sampler.sample(values[index : index + 1], [context])
             except Exception as err:
-                errors[index] = _failure_message(err)
+                errors[index] = failure_message(err)
                 token_ids.append(None)
                 logprobs.append(None)
             else:
@@ -166,7 +171,7 @@ def sampling_fault(err: Exception) -> str:
     return f"{SAMPLING_FAULT}: {type(err).__name__}: {err}"
 
 
-def _failure_message(err: Exception) -> str:
+def failure_message(err: Exception) -> str:
     """Why a host row could not be sampled: a ValueError's own message (the request asked
     for something that cannot be sampled), else a server fault naming the exception."""
     return str(err) if isinstance(err, ValueError) else sampling_fault(err)

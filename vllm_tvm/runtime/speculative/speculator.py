@@ -1,0 +1,202 @@
+"""A step with drafts: which scheduled decode rows get drafted tokens, the ONE forward that
+verifies them next to the step's other work, and the KV rollback of rejected drafts.
+
+Why it exists: the scheduler hands out each decoding sequence with its one last sampled
+token; the engine turns a step into one forward. Speculation widens such a decode row into
+a chunk [last token, draft 1 .. draft k] of the ragged prefill, with logits at all k+1
+positions (`logit_positions`), so the model scores every draft at once. The engine then
+commits the accepted drafts and one more token (verify.py), and the KV cache drops what
+the model computed for the rejected drafts (`BlockManager.drop_last_tokens`).
+
+What may be drafted, so that nothing a request asked for changes:
+- decode rows after the first output token (a prompt chunk or prompt logprobs need their
+  own rows; a prompt's last token after a prefix-cache hit looks like a decode row, but
+  its sample is the request's first token, which the engine times and counts apart);
+- not a row a logits hook may mask (structured output advances its grammar token by token);
+- at most `num_speculative_tokens`, and never past what the request may still output
+  (`max_tokens`, the context window): accepting every draft plus the bonus token still fits;
+- within the step's token budget and the free KV blocks (drafts shrink to fit; none: the
+  row stays a plain decode row);
+- not while the sequence backs off (backoff.py): a draft with nothing accepted pauses its
+  drafting, so text the proposer cannot predict costs few wasted verify forwards.
+A step in which nothing is drafted runs exactly as without speculation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from vllm_tvm.runtime.engine.metrics import EngineMetrics
+from vllm_tvm.runtime.kv.block_manager import BlockManager
+from vllm_tvm.runtime.model.batch import ForwardBatch, is_decode_row, ragged_batch
+from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.device_sampling import needs_host_row
+from vllm_tvm.runtime.sampling.dispatch import SamplingDispatch, failure_message
+from vllm_tvm.runtime.speculative.backoff import DraftBackoff
+from vllm_tvm.runtime.speculative.config import SpeculativeConfig
+from vllm_tvm.runtime.speculative.ngram import NgramProposer
+from vllm_tvm.runtime.speculative.verify import Verified, verify_greedy, verify_on_host
+
+if TYPE_CHECKING:
+    from vllm_tvm.runtime.engine.scheduler import ScheduledSequence
+    from vllm_tvm.runtime.engine.sequence import EngineSequence
+
+
+class DraftedRow(NamedTuple):
+    """A decode row widened by `draft_token_ids`; its logits rows start at `first_row`."""
+
+    seq: EngineSequence
+    draft_token_ids: list[int]
+    first_row: int
+
+
+class VerifyStep(NamedTuple):
+    """One step with drafts: its forward, the scheduled work it runs as usual (`plain`),
+    and the drafted rows."""
+
+    batch: ForwardBatch
+    plain: list[ScheduledSequence]
+    drafted: list[DraftedRow]
+
+
+class VerifyOutcome(NamedTuple):
+    """What verification gave a drafted row: its tokens to commit, or why it failed."""
+
+    row: DraftedRow
+    verified: Verified | None
+    error: str | None
+
+
+class Speculator:
+    """Drafts decode rows, builds their verify forward and rolls back rejected drafts."""
+
+    def __init__(
+        self,
+        config: SpeculativeConfig,
+        block_manager: BlockManager,
+        sampling: SamplingDispatch,
+        metrics: EngineMetrics,
+        token_budget: int,
+        max_model_len: int,
+    ) -> None:
+        self.config = config
+        self.proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
+        self.backoff = DraftBackoff()
+        self.block_manager = block_manager
+        self.sampling = sampling
+        self.metrics = metrics
+        self.token_budget = token_budget
+        self.max_model_len = max_model_len
+
+    def plan(self, scheduled: Sequence[ScheduledSequence]) -> VerifyStep | None:
+        """The step's forward with drafts (their blocks reserved); None when no row gets
+        any, and the step runs as it would without speculation."""
+        budget = self.token_budget - sum(item.num_tokens for item in scheduled)
+        plain: list[ScheduledSequence] = []
+        drafts: list[tuple[EngineSequence, list[int]]] = []
+        for item in scheduled:
+            proposed = self._draft(item, budget) if budget > 0 else []
+            if proposed:
+                drafts.append((item.seq, proposed))
+                budget -= len(proposed)
+            else:
+                plain.append(item)
+        if not drafts:
+            return None
+        batch, drafted = _verify_batch(plain, drafts)
+        return VerifyStep(batch, plain, drafted)
+
+    def _draft(self, item: ScheduledSequence, budget: int) -> list[int]:
+        seq = item.seq
+        if (
+            not seq.output_token_ids
+            or not is_decode_row(item)
+            or self.sampling.may_mask(seq)
+            or self.backoff.pauses(seq)
+        ):
+            return []
+        room = min(self.config.num_speculative_tokens, budget)
+        room = min(room, self.max_model_len - seq.num_tokens - 1)
+        if seq.params.max_tokens is not None:
+            room = min(room, seq.params.max_tokens - len(seq.output_token_ids) - 1)
+        proposed = self.proposer.propose(seq.token_ids, room) if room > 0 else []
+        manager = self.block_manager
+        while proposed and not manager.can_grow(seq, seq.num_tokens + len(proposed)):
+            proposed.pop()
+        if proposed:
+            manager.grow(seq, seq.num_tokens + len(proposed))
+        return proposed
+
+    def verify(self, step: VerifyStep, logits: DeviceLogits) -> list[VerifyOutcome]:
+        """Each drafted row's accepted drafts and next token, from the step's logits (rows
+        that failed to sample carry their error); the acceptance is counted in the
+        metrics."""
+        targets: np.ndarray | None = None  # every row's argmax, taken once when needed
+        outcomes: list[VerifyOutcome] = []
+        for row in step.drafted:
+            rows = slice(row.first_row, row.first_row + len(row.draft_token_ids) + 1)
+            try:
+                if _greedy_on_device(row.seq):
+                    targets = logits.argmax() if targets is None else targets
+                    verified = verify_greedy(targets[rows].tolist(), row.draft_token_ids)
+                else:
+                    values = logits.numpy()[rows]
+                    verified = verify_on_host(
+                        self.sampling.sampler, values, row.seq.sampling, row.draft_token_ids
+                    )
+            except Exception as err:  # this row alone fails, as in sampling/dispatch.py
+                outcomes.append(VerifyOutcome(row, None, failure_message(err)))
+                continue
+            self.metrics.add_spec_decode(len(row.draft_token_ids), verified.num_accepted)
+            self.backoff.record(row.seq, verified.num_accepted)
+            outcomes.append(VerifyOutcome(row, verified, None))
+        return outcomes
+
+    def commit(self, row: DraftedRow, num_accepted: int) -> None:
+        """After the verified tokens were appended to `row.seq`: its KV keeps the last
+        committed token and the accepted drafts (no more than the sequence now has, when a
+        stop rule cut it short); what the forward computed for the rest is dropped."""
+        seq = row.seq
+        computed_before = seq.num_computed_tokens
+        in_cache = computed_before + 1 + len(row.draft_token_ids)
+        keep = min(computed_before + 1 + num_accepted, seq.num_tokens)
+        self.block_manager.drop_last_tokens(seq, in_cache - keep)
+        seq.num_computed_tokens = keep
+        self.block_manager.cache_full_blocks(seq)
+
+
+def _greedy_on_device(seq: EngineSequence) -> bool:
+    """Whether every position of `seq` is its row's argmax (greedy, no logit changed)."""
+    return seq.params.greedy and not needs_host_row(seq.sampling)
+
+
+def _verify_batch(
+    plain: list[ScheduledSequence], drafts: list[tuple[EngineSequence, list[int]]]
+) -> tuple[ForwardBatch, list[DraftedRow]]:
+    """The ragged forward of `plain` followed by one chunk per drafted sequence (its last
+    token and drafts, a logits row at each)."""
+    base = ragged_batch(plain) if plain else ForwardBatch([], [], [], [], [], [], [])
+    kv_ids, token_ids = list(base.kv_ids), list(base.token_ids)
+    lengths, positions = list(base.chunk_lengths), list(base.logit_positions or [])
+    drafted: list[DraftedRow] = []
+    for seq, draft_token_ids in drafts:
+        assert seq.kv_id is not None
+        chunk = [seq.token_ids[-1], *draft_token_ids]
+        drafted.append(DraftedRow(seq, draft_token_ids, len(positions)))
+        positions.extend(range(len(token_ids), len(token_ids) + len(chunk)))
+        kv_ids.append(seq.kv_id)
+        token_ids.extend(chunk)
+        lengths.append(len(chunk))
+    batch = ForwardBatch(
+        kv_ids,
+        token_ids,
+        lengths,
+        positions,
+        base.sampling_seqs,
+        base.sampling_rows,
+        base.prompt_logprob_rows,
+    )
+    return batch, drafted
