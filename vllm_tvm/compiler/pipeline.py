@@ -20,6 +20,7 @@ from vllm_tvm.compiler.backends import GEMM_CUBLASLT
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_pass
 from vllm_tvm.compiler.library_metadata import AttachMetadata
 from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
+from vllm_tvm.schedules.cpu_attention import ReplaceCPURaggedPrefill
 from vllm_tvm.schedules.rules import schedule_passes
 
 
@@ -59,6 +60,9 @@ def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tv
 def lowering_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
     """Phase 2: the module pass that lowers a model's library for `target`."""
     passes: list[tvm.transform.Pass] = [
+        # TVM's CPU kernel for a prompt attending to itself runs on one thread and scores
+        # masked keys: ours is parallel and tiled (cpu_attention.py).
+        *([] if _is_gpu(target) else [ReplaceCPURaggedPrefill]),
         # Sampling and sort/scan ops become target kernels (none are used by the model yet,
         # but they must dispatch before legalization if a later definition adds them).
         relax.backend.DispatchSampling(),

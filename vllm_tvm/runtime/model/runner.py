@@ -20,6 +20,11 @@ from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, r
 from vllm_tvm.kernels import load_artifact_extensions
 from vllm_tvm.runtime.devices import DEVICES, target_kind_for
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.model.cpu_threads import (
+    configure_cpu_pool,
+    plan_cpu_threads,
+    prepare_cpu_pool,
+)
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import load_params, open_weights
 
@@ -57,9 +62,13 @@ class ModelRunner:
         `max_total_seq_len` is the KV pool in tokens (None: `max_model_len * max_batch_size`).
         `params` are parameters already on the device in manifest order (e.g. handed over
         through DLPack by a benchmark that made them with torch); then `model_path` is unused.
+        On the CPU, TVM's worker pool is sized and pinned first (see cpu_threads.py).
         """
         from vllm_tvm.runtime.model.tvm_runtime import load_runtime
 
+        cpu_plan = plan_cpu_threads() if device == "cpu" else None
+        if cpu_plan is not None:
+            prepare_cpu_pool(cpu_plan)
         tvm = load_runtime(require_cuda=device == "cuda")
         artifact_dir = Path(artifact_dir)
         self.manifest: Manifest = read_manifest(artifact_dir)
@@ -69,6 +78,7 @@ class ModelRunner:
                 f"which cannot run on device '{device}'"
             )
         self.device = _tvm_device(device)
+        self.cpu_threads = configure_cpu_pool(tvm, cpu_plan) if cpu_plan is not None else None
         load_artifact_extensions(artifact_dir, self.manifest.extensions, self.device)
         library = tvm.runtime.load_module(str(artifact_dir / LIBRARY_NAME))
         self.vm = tvm.runtime.vm.VirtualMachine(library, self.device)
