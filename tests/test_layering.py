@@ -26,9 +26,11 @@ ALLOWED: dict[str, set[str]] = {
     "server": {"runtime", "checkpoints", "artifacts"},
     "entrypoints": {"compiler", "runtime", "checkpoints", "artifacts"},
     "benchmarking": {"entrypoints", "runtime", "checkpoints", "artifacts"},
+    "embedding": {"entrypoints", "runtime", "checkpoints", "artifacts"},
     "cli": {
         "entrypoints",
         "benchmarking",
+        "embedding",
         "server",
         "runtime",
         "compiler",

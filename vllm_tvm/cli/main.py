@@ -11,12 +11,13 @@ from vllm_tvm.cli import (
     bench_cmd,
     bundle_cmd,
     compile_cmd,
+    embed_cmd,
     generate_cmd,
     serve_cmd,
     tokenize_cmd,
 )
 
-SUBCOMMANDS = (compile_cmd, generate_cmd, serve_cmd, bench_cmd, tokenize_cmd, bundle_cmd)
+SUBCOMMANDS = (compile_cmd, generate_cmd, serve_cmd, bench_cmd, tokenize_cmd, bundle_cmd, embed_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
