@@ -87,24 +87,30 @@ void Generate(vllm_tvm_engine* handle, const char* prompt, const vllm_tvm_sampli
   Engine& engine = handle->engine;
   uint64_t id = engine.Submit(prompt, *params);
   size_t seen = 0, emitted_bytes = 0;
-  bool stop_requested = false;
+  size_t stopped_at = 0;  // tokens delivered when the callback asked to stop (0: it did not)
   RequestProgress progress;
   do {
     progress = engine.WaitForProgress(id, seen);
-    for (; callback != nullptr && seen < progress.output.size(); ++seen) {
+    for (; callback != nullptr && stopped_at == 0 && seen < progress.output.size(); ++seen) {
       std::vector<int32_t> prefix(progress.output.begin(), progress.output.begin() + seen + 1);
       std::string bytes = engine.tokenizer().DecodeBytes(prefix);
       size_t complete = CompleteUtf8Prefix(bytes);
       std::string piece = bytes.substr(emitted_bytes, complete - emitted_bytes);
       emitted_bytes = std::max(emitted_bytes, complete);
-      if (!stop_requested && callback(progress.output[seen], piece.c_str(), user_data) != 0) {
-        stop_requested = true;
+      if (callback(progress.output[seen], piece.c_str(), user_data) != 0) {
+        stopped_at = seen + 1;
         engine.Cancel(id);
       }
     }
     seen = progress.output.size();
   } while (progress.finish == VLLM_TVM_FINISH_NONE);
-  FillCompletion(engine, engine.Poll(id), out);
+  progress = engine.Poll(id);
+  if (stopped_at != 0) {
+    // The worker may have run ahead of the callback: the result ends where the caller stopped.
+    progress.output.resize(std::min(progress.output.size(), stopped_at));
+    progress.finish = VLLM_TVM_FINISH_ABORT;
+  }
+  FillCompletion(engine, progress, out);
 }
 
 }  // namespace
