@@ -22,7 +22,7 @@ from pathlib import Path
 
 from vllm_tvm.embedding.model_export import write_model_dir
 from vllm_tvm.embedding.native_build import HEADER, NATIVE_DIR, build_native
-from vllm_tvm.embedding.targets import HOST_TARGET, refuse_unbuilt_target
+from vllm_tvm.embedding.targets import HOST_TARGET, embed_target
 from vllm_tvm.entrypoints.llm import resolve_artifact
 
 
@@ -39,11 +39,13 @@ def write_embedding_bundle(
 ) -> EmbeddingBundle:
     """Write the bundle for `model_path` (a checkpoint directory or GGUF file) into `dest`,
     which must not exist yet or be empty."""
-    refuse_unbuilt_target(target)
+    built_target = embed_target(target)
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"refusing to write into {dest}: it is not empty")
-    build = build_native()
-    artifact = resolve_artifact(model_path, "cpu", "float32", show_progress=False)
+    build = build_native(built_target)
+    artifact = resolve_artifact(
+        model_path, "cpu", "float32", show_progress=False, target=built_target.compile_target
+    )
     staging = dest.with_name(f".{dest.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     try:

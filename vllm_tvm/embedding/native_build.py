@@ -3,7 +3,11 @@
 Why a cached build: the C++ library is compiled against the headers and runtime libraries of
 the installed apache-tvm-ffi / apache-tvm wheels (a runtime other than the one the artifacts
 were compiled with must not be mixed in), and a build takes about a minute on a small
-machine; one build directory per (sources, TVM version, sanitizer) is reused.
+machine; one build directory per (sources, TVM version, target, sanitizer) is reused.
+
+For another machine (aarch64) the TVM runtime libraries are those of the same apache-tvm /
+apache-tvm-ffi versions' wheels for that machine, and libvllm_tvm is cross-compiled against
+them (the headers are the same on every machine).
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ import hashlib
 import importlib.util
 import shutil
 import subprocess
+import sys
+import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from vllm_tvm.artifacts.cache import cache_root
+from vllm_tvm.artifacts.runtime_bundle import fetch_wheel
+from vllm_tvm.embedding.targets import BUILT_TARGETS, HOST_TARGET, EmbedTarget
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NATIVE_DIR = REPO_ROOT / "native"
@@ -43,26 +51,50 @@ def _package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def tvm_runtime_libraries() -> tuple[Path, ...]:
-    """The wheel's libtvm_runtime.so and libtvm_ffi.so (what libvllm_tvm links)."""
-    return (
-        _package_dir("tvm") / "lib" / "libtvm_runtime.so",
-        _package_dir("tvm_ffi") / "lib" / "libtvm_ffi.so",
-    )
+def _versions() -> tuple[str, str]:
+    return metadata.version("apache-tvm"), metadata.version("apache-tvm-ffi")
 
 
-def _require_tools() -> None:
-    missing = [tool for tool in ("cmake", "c++", "cc") if shutil.which(tool) is None]
+def tvm_runtime_libraries(target: EmbedTarget) -> tuple[Path, ...]:
+    """libtvm_runtime.so and libtvm_ffi.so for `target`'s machine (what libvllm_tvm links)."""
+    members = ("tvm/lib/libtvm_runtime.so", "tvm_ffi/lib/libtvm_ffi.so")
+    if target.machine is None:
+        return (
+            _package_dir("tvm").parent / members[0],
+            _package_dir("tvm_ffi").parent / members[1],
+        )
+    tvm_version, ffi_version = _versions()
+    dest = cache_root() / "native" / f"runtime-{target.machine}-{tvm_version}-{ffi_version}"
+    libraries = tuple(dest / Path(member).name for member in members)
+    if all(library.is_file() for library in libraries):
+        return libraries
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    wheels = cache_root() / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    for project, version, member in (
+        ("apache-tvm", tvm_version, members[0]),
+        ("apache-tvm-ffi", ffi_version, members[1]),
+    ):
+        wheel = fetch_wheel(project, version, python, wheels, target.machine)
+        with zipfile.ZipFile(wheel) as archive:
+            (dest / Path(member).name).write_bytes(archive.read(member))
+    return libraries
+
+
+def _require_tools(target: EmbedTarget) -> None:
+    tools = ["cmake", target.c_compiler or "cc", target.cxx_compiler or "c++"]
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
+        flag = "" if target.machine is None else f" --{target.machine}"
         raise RuntimeError(
             f"building libvllm_tvm needs {', '.join(missing)} on PATH; install them with "
-            "scripts/install_native_toolchain.sh"
+            f"scripts/install_native_toolchain.sh{flag}"
         )
     if not NATIVE_DIR.is_dir() or not HEADER.is_file():
         raise RuntimeError(f"the C sources are missing: expected {NATIVE_DIR} and {HEADER}")
 
 
-def _source_key(sanitize: str | None) -> str:
+def _source_key(target: EmbedTarget, sanitize: str | None) -> str:
     from vllm_tvm import __version__
 
     digest = hashlib.sha256()
@@ -70,9 +102,9 @@ def _source_key(sanitize: str | None) -> str:
         if path.is_file():
             digest.update(str(path.relative_to(REPO_ROOT)).encode())
             digest.update(path.read_bytes())
-    for part in (metadata.version("apache-tvm"), metadata.version("apache-tvm-ffi")):
+    for part in _versions():
         digest.update(part.encode())
-    digest.update(f"{__version__}|{sanitize or ''}".encode())
+    digest.update(f"{__version__}|{target}|{sanitize or ''}".encode())
     return digest.hexdigest()[:24]
 
 
@@ -82,13 +114,15 @@ def _run(command: list[str]) -> None:
         raise RuntimeError(f"{' '.join(command[:3])} ... failed:\n{done.stdout}\n{done.stderr}")
 
 
-def build_native(sanitize: str | None = None) -> NativeBuild:
-    """The host build of native/ (`sanitize`: a -fsanitize= value such as "address")."""
+def build_native(
+    target: EmbedTarget = BUILT_TARGETS[HOST_TARGET], sanitize: str | None = None
+) -> NativeBuild:
+    """The build of native/ for `target` (`sanitize`: a -fsanitize= value such as "address")."""
     from vllm_tvm import __version__
 
-    _require_tools()
-    runtime_libraries = tvm_runtime_libraries()
-    build_dir = cache_root() / "native" / _source_key(sanitize)
+    _require_tools(target)
+    runtime_libraries = tvm_runtime_libraries(target)
+    build_dir = cache_root() / "native" / _source_key(target, sanitize)
     build = NativeBuild(
         build_dir=build_dir,
         shared_library=build_dir / "libvllm_tvm.so",
@@ -104,6 +138,10 @@ def build_native(sanitize: str | None = None) -> NativeBuild:
     configure += [f"-DTVM_INCLUDE_DIRS={';'.join(map(str, include_dirs))}"]
     configure += [f"-DTVM_LIBRARY_DIRS={';'.join(str(p.parent) for p in runtime_libraries)}"]
     configure += [f"-DVLLM_TVM_VERSION={__version__}", f"-DVLLM_TVM_SANITIZE={sanitize or ''}"]
+    if target.machine is not None:
+        configure += ["-DCMAKE_SYSTEM_NAME=Linux", f"-DCMAKE_SYSTEM_PROCESSOR={target.machine}"]
+        configure += [f"-DCMAKE_C_COMPILER={target.c_compiler}"]
+        configure += [f"-DCMAKE_CXX_COMPILER={target.cxx_compiler}"]
     _run(configure)
     _run(["cmake", "--build", str(build_dir), "-j", BUILD_JOBS])
     return build

@@ -30,13 +30,15 @@ def resolve_artifact(
     dtype: str,
     show_progress: bool = True,
     weight_format: str = NATIVE,
+    target: str | None = None,
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format),
     compiled if absent. `weight_format`: `native` keeps supported GGUF quant types
-    quantized on the device, `dequantized` stores every weight as floats."""
+    quantized on the device, `dequantized` stores every weight as floats. `target` names
+    another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's)."""
     from vllm_tvm.compiler.build import compile_cached, make_request
 
-    request = make_request(model, target_kind_for(device), dtype, weight_format)
+    request = make_request(model, target or target_kind_for(device), dtype, weight_format)
     return compile_cached(request, show_progress)
 
 
