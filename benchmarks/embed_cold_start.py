@@ -5,6 +5,8 @@ KV cache, tokenization, one prefill, one sampled token, exit) and of `--max-toke
     python benchmarks/embed_cold_start.py OUT.json NAME=BUNDLE_DIR [NAME=BUNDLE_DIR ...]
 
 Each timing is run `--repeats` times back to back (the page cache is warm after the first).
+An aarch64 bundle on another machine runs under qemu-user (`qemu-aarch64 -L
+/usr/aarch64-linux-gnu`); its times are emulation times, recorded as such.
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ import time
 from pathlib import Path
 
 PROMPT = "The capital of France is"
+EM_AARCH64 = 183
+QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+
+
+def emulator_for(bundle: Path) -> list[str]:
+    """qemu-user for an aarch64 bundle on another machine, else nothing."""
+    header = (bundle / "lib" / "libvllm_tvm.so").read_bytes()[:20]
+    is_aarch64 = int.from_bytes(header[18:20], "little") == EM_AARCH64
+    return QEMU if is_aarch64 and platform.machine() != "aarch64" else []
 
 
 def folder_sizes(bundle: Path) -> dict[str, int]:
@@ -31,7 +42,8 @@ def folder_sizes(bundle: Path) -> dict[str, int]:
 
 
 def cli_seconds(bundle: Path, max_tokens: int) -> float:
-    command = [str(bundle / "bin" / "vllm-tvm-cli"), "--prompt", PROMPT, "--temperature", "0"]
+    command = [*emulator_for(bundle), str(bundle / "bin" / "vllm-tvm-cli")]
+    command += ["--prompt", PROMPT, "--temperature", "0"]
     start = time.perf_counter()
     subprocess.run([*command, "--max-tokens", str(max_tokens)], check=True, capture_output=True)
     return time.perf_counter() - start
@@ -54,6 +66,7 @@ def main() -> None:
         name, path = item.split("=", 1)
         bundle = Path(path)
         results["bundles"][name] = {
+            "emulator": emulator_for(bundle),
             "bytes": folder_sizes(bundle),
             "first_token_seconds": [cli_seconds(bundle, 1) for _ in range(args.repeats)],
             "tokens_33_seconds": [cli_seconds(bundle, 33) for _ in range(args.repeats)],
