@@ -127,6 +127,21 @@ def test_a_stream_callback_stops_generation(lib, engine):
     lib.vllm_tvm_completion_free(ctypes.byref(out))
 
 
+def test_diagnostics_describe_the_loaded_model(lib, engine):
+    from vllm_tvm import __version__
+
+    assert lib.vllm_tvm_version().decode() == __version__
+    assert lib.vllm_tvm_abi_version() == 1
+    text_p = ctypes.c_void_p()
+    assert lib.vllm_tvm_diagnostics(engine, text_p) == OK
+    diagnostics = json.loads(ctypes.string_at(text_p.value).decode())
+    lib.vllm_tvm_string_free(text_p)
+    assert diagnostics["architecture"] == "LlamaForCausalLM"
+    assert diagnostics["target"] == "llvm"
+    assert diagnostics["abi_version"] == 1
+    assert diagnostics["max_num_seqs"] == 8
+
+
 TOKENIZER_TEXTS = [
     "Hello world",
     "  two  spaces   and\ttabs\n\nnew lines  ",

@@ -1,11 +1,13 @@
 // The exported C functions: argument checks, then the engine, with every exception turned
 // into a status code and the thread-local last-error message.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "engine.h"
 #include "error.h"
