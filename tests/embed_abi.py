@@ -1,4 +1,5 @@
-"""ctypes declarations of include/vllm_tvm.h, so tests can drive libvllm_tvm directly."""
+"""ctypes declarations of include/vllm_tvm.h, so tests can drive libvllm_tvm directly, and the
+texts its tokenizer is checked on."""
 
 from __future__ import annotations
 
@@ -112,3 +113,35 @@ def greedy(lib: ctypes.CDLL, max_tokens: int) -> SamplingParams:
     params.temperature = 0.0
     params.max_tokens = max_tokens
     return params
+
+
+def tokenize(lib: ctypes.CDLL, engine: ctypes.c_void_p, text: str) -> list[int]:
+    """Token ids of `text` (special tokens added) from the C library."""
+    ids_p, count = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
+    assert lib.vllm_tvm_tokenize(engine, text.encode(), 1, ids_p, count) == OK
+    ids = [ids_p[i] for i in range(count.value)]
+    lib.vllm_tvm_tokens_free(ids_p)
+    return ids
+
+
+def detokenize(lib: ctypes.CDLL, engine: ctypes.c_void_p, ids: list[int]) -> str:
+    """Text of `ids` from the C library."""
+    text_p = ctypes.c_void_p()
+    array = (ctypes.c_int32 * len(ids))(*ids)
+    assert lib.vllm_tvm_detokenize(engine, array, len(ids), text_p) == OK
+    text = ctypes.string_at(text_p.value).decode()
+    lib.vllm_tvm_string_free(text_p)
+    return text
+
+
+TOKENIZER_TEXTS = [
+    "Hello world",
+    "  two  spaces   and\ttabs\n\nnew lines  ",
+    "it's they're we've I'm you'll he'd",
+    "0123456789 3.14159 x=42",
+    "<s>special</s> tokens <s>",
+    "\u00dcn\u00efc\u00f6d\u00e9 \u2014 \u6771\u4eac \u0663\u0664 emoji \U0001f642 \u00bd",
+    "(ok) [yes] {no}. ?!",
+]
+"""Texts the C tokenizer must cut exactly as the Python one: specials, whitespace runs,
+contractions, digits, non-Latin letters and numbers, emoji."""

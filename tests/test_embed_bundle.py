@@ -19,10 +19,13 @@ from embed_abi import (
     OK,
     PROMPT_TOO_LONG,
     TOKEN_CALLBACK,
+    TOKENIZER_TEXTS,
     Completion,
+    detokenize,
     greedy,
     load_engine,
     load_library,
+    tokenize,
 )
 
 from vllm_tvm import SamplingParams
@@ -142,32 +145,31 @@ def test_diagnostics_describe_the_loaded_model(lib, engine):
     assert diagnostics["max_num_seqs"] == 8
 
 
-TOKENIZER_TEXTS = [
-    "Hello world",
-    "  two  spaces   and\ttabs\n\nnew lines  ",
-    "it's they're we've I'm you'll he'd",
-    "0123456789 3.14159 x=42",
-    "<s>special</s> tokens <s>",
-    "Ünïcödé — 東京 ٣٤ emoji 🙂 ½",
-    "(ok) [yes] {no}. ?!",
-]
-
-
 def test_tokenizer_matches_the_python_tokenizer(lib, engine, tiny_model_dir):
     from vllm_tvm.runtime.tokenization.tokenizer import load_tokenizer
 
     reference = load_tokenizer(tiny_model_dir("llama"))
     for text in TOKENIZER_TEXTS:
-        ids_p, count = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t()
-        assert lib.vllm_tvm_tokenize(engine, text.encode(), 1, ids_p, count) == OK
-        ids = [ids_p[i] for i in range(count.value)]
-        lib.vllm_tvm_tokens_free(ids_p)
+        ids = tokenize(lib, engine, text)
         assert ids == reference.encode(text), text
-        text_p = ctypes.c_void_p()
-        array = (ctypes.c_int32 * len(ids))(*ids)
-        assert lib.vllm_tvm_detokenize(engine, array, len(ids), text_p) == OK
-        assert ctypes.string_at(text_p.value).decode() == reference.decode(ids), text
-        lib.vllm_tvm_string_free(text_p)
+        assert detokenize(lib, engine, ids) == reference.decode(ids), text
+
+
+def test_seeded_sampling_repeats_and_seeds_differ(lib, engine):
+    def sample(seed: int) -> list[int]:
+        out, params = Completion(), lib.vllm_tvm_sampling_params_default()
+        params.max_tokens, params.temperature, params.seed = 16, 0.9, seed
+        params.top_k, params.top_p, params.min_p = 50, 0.95, 0.01
+        prompt = PROMPTS[1].encode()
+        assert lib.vllm_tvm_complete(engine, prompt, ctypes.byref(params), ctypes.byref(out)) == OK
+        ids = out.ids()
+        lib.vllm_tvm_completion_free(ctypes.byref(out))
+        return ids
+
+    first = sample(1234)
+    assert first == sample(1234)
+    assert first != sample(99)
+    assert first != _complete(lib, engine, PROMPTS[1], 16)  # not greedy
 
 
 def test_bad_inputs_are_status_codes(lib, engine, bundle, tmp_path):
@@ -208,11 +210,14 @@ def test_bad_inputs_are_status_codes(lib, engine, bundle, tmp_path):
 
 
 def test_the_example_builds_with_the_bundles_cmakelists(bundle, tmp_path):
-    build = tmp_path / "build"
-    subprocess.run(["cmake", "-S", str(bundle), "-B", str(build)], check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
-    done = subprocess.run([str(build / "complete")], capture_output=True, text=True, check=True)
-    assert done.stdout == _cli(bundle, "The capital of France is", "--max-tokens", "16")
+    expected = _cli(bundle, "The capital of France is", "--max-tokens", "16")
+    for linkage in ("OFF", "ON"):
+        build = tmp_path / f"build-static-{linkage}"
+        configure = ["cmake", "-S", str(bundle), "-B", str(build), f"-DVLLM_TVM_STATIC={linkage}"]
+        subprocess.run(configure, check=True, capture_output=True)
+        subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
+        done = subprocess.run([str(build / "complete")], capture_output=True, text=True, check=True)
+        assert done.stdout == expected, linkage
 
 
 def test_the_library_is_clean_under_address_sanitizer(bundle, tmp_path):
