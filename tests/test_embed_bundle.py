@@ -253,10 +253,15 @@ def test_the_library_is_clean_under_address_sanitizer(bundle, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["android-arm64", "ios-arm64"])
-def test_phone_presets_fail_naming_their_toolchain(target, tmp_path):
+def test_phone_presets_fail_naming_their_toolchain(target, tmp_path, capsys):
+    from vllm_tvm.cli.main import main as cli_main
     from vllm_tvm.embedding.bundle import write_embedding_bundle
     from vllm_tvm.embedding.targets import MISSING_TOOLCHAINS
 
     with pytest.raises(NotImplementedError, match=target) as refused:
         write_embedding_bundle(tmp_path / "b", tmp_path, target)
     assert MISSING_TOOLCHAINS[target] in str(refused.value)
+    arguments = ["embed", str(tmp_path / "b"), "--model", str(tmp_path), "--target", target]
+    assert cli_main(arguments) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("vllm-tvm embed: error:") and MISSING_TOOLCHAINS[target] in error

@@ -7,6 +7,7 @@ the compiled model; without --model it embeds the default model.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -30,6 +31,10 @@ def run(args: argparse.Namespace) -> int:
     from vllm_tvm.embedding.bundle import write_embedding_bundle
 
     model = resolve_model(args.model) if args.model else default_model_path()
-    bundle = write_embedding_bundle(args.dest, model, args.target)
+    try:
+        bundle = write_embedding_bundle(args.dest, model, args.target)
+    except (NotImplementedError, RuntimeError) as err:  # a missing toolchain, a failed build
+        print(f"vllm-tvm embed: error: {err}", file=sys.stderr)
+        return 1
     print(f"{bundle.path} ({bundle.size_bytes / 2**20:.1f} MiB)")
     return 0
