@@ -54,7 +54,7 @@ typedef struct vllm_tvm_model_params {
 typedef struct vllm_tvm_sampling_params {
   int32_t max_tokens; /* tokens to generate, >= 1 */
   float temperature;  /* 0 means greedy */
-  int32_t top_k;      /* <= 0: off */
+  int32_t top_k;      /* 0: off; negative values are refused */
   float top_p;        /* in (0, 1]; 1: off */
   float min_p;        /* in [0, 1]; 0: off */
   int64_t seed;       /* < 0: a fresh random seed per request */
