@@ -27,9 +27,11 @@ ALLOWED: dict[str, set[str]] = {
     "registry": {"artifacts", "checkpoints", "runtime"},
     "entrypoints": {"compiler", "runtime", "checkpoints", "artifacts", "registry"},
     "benchmarking": {"entrypoints", "runtime", "checkpoints", "artifacts"},
+    "embedding": {"entrypoints", "runtime", "checkpoints", "artifacts"},
     "cli": {
         "entrypoints",
         "benchmarking",
+        "embedding",
         "server",
         "runtime",
         "compiler",

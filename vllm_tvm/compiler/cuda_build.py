@@ -235,7 +235,9 @@ def export(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.so")
     try:
-        if link_options:
+        if spec.cross_compiler is not None:
+            executable.export_library(str(tmp), fcompile=_cross_linker(spec.cross_compiler))
+        elif link_options:
             executable.export_library(str(tmp), options=link_options)
         else:
             executable.export_library(str(tmp))
@@ -245,6 +247,18 @@ def export(
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _cross_linker(compiler: str) -> Any:
+    """TVM's `fcompile` that links with `compiler`, refused by name when it is missing."""
+    from tvm.support import cc
+
+    if shutil.which(compiler) is None:
+        raise RuntimeError(
+            f"linking for this target needs {compiler} on PATH "
+            "(scripts/install_native_toolchain.sh --aarch64 installs it)"
+        )
+    return cc.cross_compiler(compiler)
 
 
 def _check_cuda_library(path: Path, spec: TargetSpec) -> None:

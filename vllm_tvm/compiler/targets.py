@@ -23,6 +23,8 @@ DEFAULT_CUDA_ARCH = "sm_90a"
 CUDA_ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120a")
 
 _DEFAULT_ROCM_ARCH = "gfx942"
+AARCH64_CROSS_COMPILER = "aarch64-linux-gnu-g++"
+"""Debian's g++-aarch64-linux-gnu (scripts/install_native_toolchain.sh --aarch64)."""
 
 # Names someone might reasonably try, refused with the reason rather than "unknown".
 _REFUSED = {
@@ -51,6 +53,8 @@ class TargetSpec:
         build_only: True where the apache-tvm wheel has no runtime for the kind, so the
             result can be compiled here but not executed by this project.
         config: the dict that ``tvm.target.Target`` accepts (host included).
+        cross_compiler: the C++ compiler that links the library for another machine (e.g.
+            ``aarch64-linux-gnu-g++``), None for this machine's.
     """
 
     name: str
@@ -59,6 +63,7 @@ class TargetSpec:
     device: str
     build_only: bool
     config: Mapping[str, Any] = field(hash=False)
+    cross_compiler: str | None = None
 
     def resolved_config(self) -> dict[str, Any]:
         """The target dict with host-dependent fields filled in (needs TVM's compiler).
@@ -95,6 +100,19 @@ def _presets() -> dict[str, TargetSpec]:
     # fp reassociation lets LLVM vectorise the fp32 dot products of the CPU matmul schedule.
     cpu = {"kind": "llvm", "fast-math-reassoc": True, "fast-math-contract": True}
     specs = [_spec("llvm", "llvm", None, "cpu", False, cpu)]
+    # 64-bit Arm Linux (Raspberry Pi 4/5, Jetson, phones' cores): NEON is part of the baseline.
+    aarch64 = {**cpu, "mtriple": "aarch64-linux-gnu", "mcpu": "generic", "mattr": ["+neon"]}
+    specs.append(
+        TargetSpec(
+            "llvm:aarch64",
+            "llvm",
+            "aarch64",
+            "cpu",
+            True,
+            MappingProxyType(aarch64),
+            cross_compiler=AARCH64_CROSS_COMPILER,
+        )
+    )
     specs += [
         _spec(
             f"cuda:{arch}",
@@ -133,7 +151,11 @@ def _presets() -> dict[str, TargetSpec]:
 
 PRESETS: Mapping[str, TargetSpec] = MappingProxyType(_presets())
 ALIASES: Mapping[str, str] = MappingProxyType(
-    {"cuda": f"cuda:{DEFAULT_CUDA_ARCH}", "rocm": f"rocm:{_DEFAULT_ROCM_ARCH}"}
+    {
+        "cuda": f"cuda:{DEFAULT_CUDA_ARCH}",
+        "rocm": f"rocm:{_DEFAULT_ROCM_ARCH}",
+        "aarch64": "llvm:aarch64",
+    }
 )
 
 

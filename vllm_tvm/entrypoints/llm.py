@@ -32,15 +32,21 @@ def resolve_artifact(
     show_progress: bool = True,
     weight_format: str = NATIVE,
     quantization: str | None = None,
+    target: str | None = None,
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format,
     quantization), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
     types quantized on the device, `dequantized` stores every weight as floats;
-    `quantization`: a group-quantization method for a float checkpoint's weights."""
+    `quantization`: a group-quantization method for a float checkpoint's weights. `target`
+    names another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's)."""
     from vllm_tvm.compiler.build import compile_cached, make_request
 
     request = make_request(
-        model, target_kind_for(device), dtype, weight_format, quantization=quantization
+        model,
+        target or target_kind_for(device),
+        dtype,
+        weight_format,
+        quantization=quantization,
     )
     return compile_cached(request, show_progress)
 

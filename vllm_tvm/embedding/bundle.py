@@ -1,0 +1,67 @@
+"""`vllm-tvm embed`'s folder: the compiled model, libvllm_tvm and a C tool, runnable without
+Python.
+
+Layout (the C side relies on it: bin/vllm-tvm-cli finds ../model and ../lib):
+
+    include/vllm_tvm.h        the C ABI
+    lib/                      libvllm_tvm.so, libvllm_tvm.a, libtvm_runtime.so, libtvm_ffi.so
+    model/                    artifact (manifest.json, model.so), params.bin, tokenizer.json,
+                              embed.json
+    bin/vllm-tvm-cli          one completion from the command line
+    examples/complete.c       the C ABI's smallest program
+    CMakeLists.txt            builds the example against this folder
+
+Targets: see targets.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_tvm.embedding.model_export import write_model_dir
+from vllm_tvm.embedding.native_build import HEADER, NATIVE_DIR, build_native
+from vllm_tvm.embedding.targets import HOST_TARGET, embed_target
+from vllm_tvm.entrypoints.llm import resolve_artifact
+
+
+@dataclass(frozen=True)
+class EmbeddingBundle:
+    """A written bundle and its size."""
+
+    path: Path
+    size_bytes: int
+
+
+def write_embedding_bundle(
+    dest: Path, model_path: Path, target: str = HOST_TARGET
+) -> EmbeddingBundle:
+    """Write the bundle for `model_path` (a checkpoint directory or GGUF file) into `dest`,
+    which must not exist yet or be empty."""
+    built_target = embed_target(target)
+    if dest.exists() and any(dest.iterdir()):
+        raise FileExistsError(f"refusing to write into {dest}: it is not empty")
+    build = build_native(built_target)
+    artifact = resolve_artifact(
+        model_path, "cpu", "float32", show_progress=False, target=built_target.compile_target
+    )
+    staging = dest.with_name(f".{dest.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for folder in ("include", "lib", "bin", "examples"):
+            (staging / folder).mkdir(parents=True)
+        shutil.copy2(HEADER, staging / "include" / HEADER.name)
+        for library in (build.shared_library, build.static_library, *build.tvm_runtime_libraries):
+            shutil.copy2(library, staging / "lib" / library.name)
+        shutil.copy2(build.cli, staging / "bin" / "vllm-tvm-cli")
+        shutil.copy2(NATIVE_DIR / "bundle" / "complete.c", staging / "examples" / "complete.c")
+        shutil.copy2(NATIVE_DIR / "bundle" / "CMakeLists.txt", staging / "CMakeLists.txt")
+        write_model_dir(artifact, model_path, staging / "model")
+        if dest.exists():
+            dest.rmdir()
+        staging.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    size = sum(path.stat().st_size for path in dest.rglob("*") if path.is_file())
+    return EmbeddingBundle(dest, size)
