@@ -132,3 +132,28 @@ def test_publishing_the_same_build_again_replaces_its_entry(tmp_path: Path) -> N
     entries = parse_index((made.root / INDEX_NAME).read_bytes()).models[MODEL_ID]
     assert len(entries) == 3
     assert [e.weight_format for e in entries][-2:] == ["native", "dequantized"]
+
+
+def test_a_runtime_only_bundle_reports_its_tvm_version(tmp_path, monkeypatch) -> None:
+    """A runtime bundle on PYTHONPATH has no package metadata: its manifest names the
+    version, so its artifacts fit."""
+    import importlib.machinery
+    import json as json_module
+    from importlib import metadata
+
+    from vllm_tvm.artifacts.runtime_bundle import MANIFEST_NAME
+    from vllm_tvm.registry import machine
+
+    (tmp_path / "tvm").mkdir()
+    (tmp_path / "tvm" / "__init__.py").write_text("")
+    (tmp_path / MANIFEST_NAME).write_text(json_module.dumps({"apache-tvm": "9.9.9"}))
+
+    def no_metadata(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    spec = importlib.machinery.ModuleSpec("tvm", None, origin=str(tmp_path / "tvm" / "__init__.py"))
+    monkeypatch.setattr(machine.metadata, "version", no_metadata)
+    monkeypatch.setattr(machine.importlib.util, "find_spec", lambda name: spec)
+    assert machine.installed_tvm_version() == "9.9.9"
+    (tmp_path / MANIFEST_NAME).unlink()
+    assert machine.installed_tvm_version() == "none"

@@ -11,11 +11,14 @@ on 9.0), asked of the CUDA driver.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
+import json
 import platform
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from vllm_tvm.artifacts.runtime_bundle import MANIFEST_NAME
 from vllm_tvm.registry.index import ArtifactEntry
 
 ISA_FEATURES = (
@@ -54,11 +57,20 @@ class MachineTraits:
 
 
 def installed_tvm_version() -> str:
-    """The installed apache-tvm's version, read without importing TVM."""
+    """The installed apache-tvm's version, read without importing TVM: the package's
+    metadata, else the manifest of a runtime-only bundle (`vllm-tvm runtime-bundle`) that
+    holds the importable `tvm`, else "none"."""
     try:
         return metadata.version("apache-tvm")
     except metadata.PackageNotFoundError:
+        pass
+    spec = importlib.util.find_spec("tvm")
+    if spec is None or spec.origin is None:
         return "none"
+    bundle_manifest = Path(spec.origin).parent.parent / MANIFEST_NAME
+    if not bundle_manifest.is_file():
+        return "none"
+    return str(json.loads(bundle_manifest.read_text()).get("apache-tvm", "none"))
 
 
 def cpu_features() -> dict[str, object]:
