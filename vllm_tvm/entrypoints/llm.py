@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
@@ -33,11 +34,17 @@ def resolve_artifact(
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format),
     compiled if absent. `weight_format`: `native` keeps supported GGUF quant types
-    quantized on the device, `dequantized` stores every weight as floats."""
+    quantized on the device, `dequantized` stores every weight as floats. A resolution
+    remembered unchanged (artifacts/resolution_memo.py) needs no compiler import."""
+    remembered = remembered_artifact(model, device, dtype, weight_format)
+    if remembered is not None:
+        return remembered
     from vllm_tvm.compiler.build import compile_cached, make_request
 
     request = make_request(model, target_kind_for(device), dtype, weight_format)
-    return compile_cached(request, show_progress)
+    artifact = compile_cached(request, show_progress)
+    remember_artifact(model, device, dtype, weight_format, artifact)
+    return artifact
 
 
 def artifact_for(args: EngineArgs) -> Path:
