@@ -112,12 +112,16 @@ def test_without_a_target_the_long_prompt_takes_one_step_of_the_budget() -> None
 
 
 def test_the_allowance_has_floors_and_no_limit_before_a_measurement() -> None:
-    pacer = StepPacer(0.1)
+    pacer = StepPacer(1.0)
     assert pacer.prompt_token_allowance(4) is None
-    pacer.record([Step(1)] * 4, 0.4)  # the decode rows alone take 4x the target
-    pacer.record([Step(100)], 1.0)
+    pacer.record([Step(1)] * 4, 0.4)  # a decode row costs 0.1 s
+    pacer.record([Step(100)], 1.0)  # a prompt token costs 0.01 s
+    assert pacer.prompt_token_allowance(0) == 100  # what fits in the target
+    assert pacer.prompt_token_allowance(4) == 60
+    # Decode rows over the target: the prompt tokens may take as long as they do.
+    assert pacer.prompt_token_allowance(20) == 200
+    pacer.record([Step(1000)], 1e5)  # a prompt token costs seconds now
     assert pacer.prompt_token_allowance(1) == MIN_PACED_PROMPT_TOKENS
-    assert pacer.prompt_token_allowance(40) == 40
     with pytest.raises(ValueError, match="positive"):
         StepPacer(0.0)
 
@@ -129,11 +133,13 @@ def test_a_negative_itl_target_is_refused_and_zero_turns_pacing_off() -> None:
     assert EngineArgs(model="m").step_time_target == EngineArgs(model="m").itl_target_ms / 1e3
 
 
-def test_paced_greedy_outputs_equal_unpaced(make_llm) -> None:
-    """A target no step can meet: every step that carries a decode row takes the floor of
-    prompt tokens, so the long prompt is cut into many chunks beside the running stream."""
+def test_paced_greedy_outputs_equal_unpaced(make_llm, monkeypatch) -> None:
+    """A pacer that allows MIN_PACED_PROMPT_TOKENS prompt tokens per step with a decode row
+    cuts the long prompt into chunks beside the running stream; the tokens do not change."""
     unpaced = make_llm(itl_target_ms=0.0)
-    paced = make_llm(itl_target_ms=1e-6)
+    paced = make_llm()
+    pacer = paced.engine.scheduler.pacer
+    monkeypatch.setattr(pacer, "prompt_token_allowance", lambda rows: MIN_PACED_PROMPT_TOKENS)
     short, long = prompts_of_lengths(unpaced, [5, 90])
     expected = token_ids(unpaced.generate([short, long], GREEDY))
     engine = paced.engine
@@ -148,7 +154,7 @@ def test_paced_greedy_outputs_equal_unpaced(make_llm) -> None:
             outputs[output.request_id] = output
         prompt_tokens_per_step.append(_computed(engine, "long") - before)
     assert token_ids([outputs["stream"], outputs["long"]]) == expected
-    assert max(prompt_tokens_per_step) <= MIN_PACED_PROMPT_TOKENS
+    assert max(prompt_tokens_per_step) == MIN_PACED_PROMPT_TOKENS  # cut into chunks
 
 
 def _computed(engine: LLMEngine, request_id: str) -> int:

@@ -5,9 +5,10 @@ takes. On a slow device a long prompt's chunk makes one step last seconds, and e
 running stream waits that long for its next token. The pacer keeps those gaps near a
 target inter-token latency: it learns, from the steps the engine times, what the decode
 rows of a step cost and what each prompt token adds, and gives a step that carries decode
-rows only as many prompt tokens as fit in the target. Two floors keep prompts moving when
-the decode rows alone take the whole target: MIN_PACED_PROMPT_TOKENS, and as many prompt
-tokens as there are decode rows (so such a step costs about twice a decode step at most).
+rows only as many prompt tokens as fit in the target. When the decode rows alone take most
+of the target (a slow or loaded device, a large batch), the prompt tokens may still take as
+long as the decode rows do, so a stream's gap is at most about max(target, twice a decode
+step) and waiting prompts keep being admitted; MIN_PACED_PROMPT_TOKENS is the last floor.
 
 Steps without decode rows are not paced: no stream waits between tokens on them. Pacing
 changes only where a prompt is cut into chunks, which chunked prefill already keeps out of
@@ -58,8 +59,8 @@ class StepPacer:
         if not per_token:
             return None
         decode_seconds = num_decode_rows * (self.seconds_per_decode_row or 0.0)
-        fitting = int((self.target_seconds - decode_seconds) / per_token)
-        return max(fitting, MIN_PACED_PROMPT_TOKENS, num_decode_rows)
+        prompt_seconds = max(self.target_seconds - decode_seconds, decode_seconds)
+        return max(int(prompt_seconds / per_token), MIN_PACED_PROMPT_TOKENS)
 
     def record(self, scheduled: Sequence[ScheduledWork], seconds: float) -> None:
         """Learn from one step: `scheduled` items (one token: a decode row; more: a prompt
