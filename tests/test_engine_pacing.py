@@ -17,7 +17,7 @@ from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.scheduler import Scheduler, SchedulerConfig
 from vllm_tvm.runtime.engine.sequence import EngineSequence
-from vllm_tvm.runtime.engine.step_pacer import MIN_PACED_PROMPT_TOKENS, StepPacer
+from vllm_tvm.runtime.engine.step_pacer import StepPacer, paced_prompt_floor
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -27,9 +27,10 @@ from engine_host_cost import NullKVCache
 
 VOCAB = 50
 DECODE_ROW_SECONDS = 0.05
-PROMPT_TOKEN_SECONDS = 0.01  # a slow device: a 2,000-token budget would be a 20 s step
+PROMPT_TOKEN_SECONDS = 0.001  # a slow device: a 2,048-token budget would be a 2 s step
 TARGET_SECONDS = 0.5
 LONG_PROMPT = 1500
+CHUNK = 16
 
 
 class Step:
@@ -108,11 +109,11 @@ def test_a_stream_gets_a_token_every_step_while_a_long_prompt_prefills() -> None
 
 def test_without_a_target_the_long_prompt_takes_one_step_of_the_budget() -> None:
     steps = _run_steps_with_a_long_prompt(None)
-    assert steps == [(1, LONG_PROMPT)]  # the stream waits 15 s for this one step
+    assert steps == [(1, LONG_PROMPT)]  # the stream waits 1.5 s for this one step
 
 
 def test_the_allowance_has_floors_and_no_limit_before_a_measurement() -> None:
-    pacer = StepPacer(1.0)
+    pacer = StepPacer(1.0, min_prompt_tokens=16)
     assert pacer.prompt_token_allowance(4) is None
     pacer.record([Step(1)] * 4, 0.4)  # a decode row costs 0.1 s
     pacer.record([Step(100)], 1.0)  # a prompt token costs 0.01 s
@@ -121,9 +122,10 @@ def test_the_allowance_has_floors_and_no_limit_before_a_measurement() -> None:
     # Decode rows over the target: the prompt tokens may take as long as they do.
     assert pacer.prompt_token_allowance(20) == 200
     pacer.record([Step(1000)], 1e5)  # a prompt token costs seconds now
-    assert pacer.prompt_token_allowance(1) == MIN_PACED_PROMPT_TOKENS
+    assert pacer.prompt_token_allowance(1) == 16
+    assert paced_prompt_floor(2048) == 256 and paced_prompt_floor(4) == 1
     with pytest.raises(ValueError, match="positive"):
-        StepPacer(0.0)
+        StepPacer(0.0, min_prompt_tokens=16)
 
 
 def test_a_negative_itl_target_is_refused_and_zero_turns_pacing_off() -> None:
@@ -134,12 +136,12 @@ def test_a_negative_itl_target_is_refused_and_zero_turns_pacing_off() -> None:
 
 
 def test_paced_greedy_outputs_equal_unpaced(make_llm, monkeypatch) -> None:
-    """A pacer that allows MIN_PACED_PROMPT_TOKENS prompt tokens per step with a decode row
+    """A pacer that allows CHUNK prompt tokens per step with a decode row
     cuts the long prompt into chunks beside the running stream; the tokens do not change."""
     unpaced = make_llm(itl_target_ms=0.0)
     paced = make_llm()
     pacer = paced.engine.scheduler.pacer
-    monkeypatch.setattr(pacer, "prompt_token_allowance", lambda rows: MIN_PACED_PROMPT_TOKENS)
+    monkeypatch.setattr(pacer, "prompt_token_allowance", lambda rows: CHUNK)
     short, long = prompts_of_lengths(unpaced, [5, 90])
     expected = token_ids(unpaced.generate([short, long], GREEDY))
     engine = paced.engine
@@ -154,7 +156,7 @@ def test_paced_greedy_outputs_equal_unpaced(make_llm, monkeypatch) -> None:
             outputs[output.request_id] = output
         prompt_tokens_per_step.append(_computed(engine, "long") - before)
     assert token_ids([outputs["stream"], outputs["long"]]) == expected
-    assert max(prompt_tokens_per_step) == MIN_PACED_PROMPT_TOKENS  # cut into chunks
+    assert max(prompt_tokens_per_step) == CHUNK  # cut into chunks
 
 
 def _computed(engine: LLMEngine, request_id: str) -> int:

@@ -31,7 +31,7 @@ from typing import Literal, NamedTuple, get_args
 
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.sequence import EngineSequence, SequenceStatus
-from vllm_tvm.runtime.engine.step_pacer import StepPacer
+from vllm_tvm.runtime.engine.step_pacer import StepPacer, paced_prompt_floor
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
@@ -89,7 +89,11 @@ class Scheduler:
         self.waiting: deque[EngineSequence] = deque()
         self.running: list[EngineSequence] = []
         target = config.step_time_target
-        self.pacer = StepPacer(target) if target is not None else None
+        self.pacer = (
+            StepPacer(target, paced_prompt_floor(config.max_num_batched_tokens))
+            if target is not None
+            else None
+        )
 
     @property
     def has_unfinished(self) -> bool:

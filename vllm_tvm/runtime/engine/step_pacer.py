@@ -7,8 +7,11 @@ target inter-token latency: it learns, from the steps the engine times, what the
 rows of a step cost and what each prompt token adds, and gives a step that carries decode
 rows only as many prompt tokens as fit in the target. When the decode rows alone take most
 of the target (a slow or loaded device, a large batch), the prompt tokens may still take as
-long as the decode rows do, so a stream's gap is at most about max(target, twice a decode
-step) and waiting prompts keep being admitted; MIN_PACED_PROMPT_TOKENS is the last floor.
+long as the decode rows do, and never fewer than a floor (an eighth of the step's token
+budget, see `paced_prompt_floor`): on a device where a prompt token costs what a decode row
+costs, a smaller share would admit new requests too slowly for the batch to grow. A
+stream's gap is then about max(target, twice a decode step, a decode step plus the floor's
+prompt tokens), where the token budget alone allowed a step of the whole budget.
 
 Steps without decode rows are not paced: no stream waits between tokens on them. Pacing
 changes only where a prompt is cut into chunks, which chunked prefill already keeps out of
@@ -20,8 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-MIN_PACED_PROMPT_TOKENS = 16
-"""The fewest prompt tokens a paced step may carry, so every prompt progresses."""
+FLOOR_SHARE_OF_BUDGET = 8
+"""A paced step may always carry 1/FLOOR_SHARE_OF_BUDGET of the token budget in prompts."""
+
+
+def paced_prompt_floor(max_num_batched_tokens: int) -> int:
+    """The fewest prompt tokens a paced step may carry under this token budget."""
+    return max(max_num_batched_tokens // FLOOR_SHARE_OF_BUDGET, 1)
+
 
 SMOOTHING = 0.3
 """Weight of the newest measurement in the running estimates (exponential average)."""
@@ -37,10 +46,11 @@ class ScheduledWork(Protocol):
 class StepPacer:
     """Running estimates of a step's cost and the prompt-token allowance they give."""
 
-    def __init__(self, target_seconds: float) -> None:
+    def __init__(self, target_seconds: float, min_prompt_tokens: int) -> None:
         if target_seconds <= 0:
             raise ValueError(f"the step time target must be positive, got {target_seconds}")
         self.target_seconds = target_seconds
+        self.min_prompt_tokens = min_prompt_tokens
         self.seconds_per_decode_row: float | None = None
         self._prompt_seconds: float | None = None  # averages of prompt chunks' time ...
         self._prompt_tokens: float | None = None  # ... and size: their ratio weighs big chunks
@@ -60,7 +70,7 @@ class StepPacer:
             return None
         decode_seconds = num_decode_rows * (self.seconds_per_decode_row or 0.0)
         prompt_seconds = max(self.target_seconds - decode_seconds, decode_seconds)
-        return max(int(prompt_seconds / per_token), MIN_PACED_PROMPT_TOKENS)
+        return max(int(prompt_seconds / per_token), self.min_prompt_tokens)
 
     def record(self, scheduled: Sequence[ScheduledWork], seconds: float) -> None:
         """Learn from one step: `scheduled` items (one token: a decode row; more: a prompt
