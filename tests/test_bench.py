@@ -94,6 +94,12 @@ def test_each_level_reports_positive_rates_and_latencies(sweep) -> None:
         assert level.mean_itl_ms is not None and level.mean_itl_ms > 0
 
 
+def test_each_level_reports_its_worst_inter_token_gap(sweep) -> None:
+    for level in sweep.levels:
+        # The longest gap of any request is at least any request's mean gap (its TPOT).
+        assert level.max_itl_ms is not None and level.max_itl_ms >= level.p99_tpot_ms > 0
+
+
 def test_the_default_run_is_pretokenized_and_loads_no_tokenizer(sweep) -> None:
     assert sweep.conditions["pretokenize_mode"] == "pretokenized"
     assert sweep.conditions["tokenizer_loaded"] is False

@@ -16,9 +16,11 @@ import json
 import httpx2 as httpx
 import openai
 import pytest
+from pydantic import ValidationError
 from server_helpers import MODEL_NAME, error_body
 
 from vllm_tvm.server.errors import MAX_ERROR_MESSAGE_CHARS
+from vllm_tvm.server.protocol import MAX_LOGIT_BIAS_KEYS, ChatCompletionRequest
 
 CHAT = [{"role": "user", "content": "Hello"}]
 
@@ -148,6 +150,25 @@ def test_huge_out_of_vocab_logit_bias_gets_a_short_error(server):
     error = error_body(response, 400)
     assert "out-of-vocab" in error["message"] and "more)" in error["message"]
     assert len(response.content) < 1000
+
+
+def test_a_logit_bias_larger_than_any_vocabulary_is_refused_by_its_size(server):
+    bias = {str(token): "not a number" for token in range(MAX_LOGIT_BIAS_KEYS + 1)}
+    body = {"prompt": "Hi", "max_tokens": 2, "logit_bias": bias}
+    response = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    error = error_body(response, 400)
+    # Refused on the count alone: no entry was converted (each value would be an error).
+    assert error["param"] == "logit_bias"
+    assert f"{MAX_LOGIT_BIAS_KEYS + 1} entries" in error["message"]
+    assert "number" not in error["message"]
+
+
+def test_the_logit_bias_size_check_runs_before_any_other_rule() -> None:
+    bias = {"\ud800" + str(token): None for token in range(MAX_LOGIT_BIAS_KEYS + 1)}
+    body = {"messages": CHAT, "logit_bias": bias}
+    with pytest.raises(ValidationError) as caught:
+        ChatCompletionRequest.model_validate(body)
+    assert [error["type"] for error in caught.value.errors()] == ["too_many_logit_bias_keys"]
 
 
 def test_a_huge_field_name_is_cut_in_the_error(server):

@@ -9,6 +9,8 @@ Why it exists: the definitions decide what a number means, so they live in one p
   output token have none.
 - ITL: the gap between consecutive tokens of a request; its mean over every gap of every
   request is the decode time of all requests over all their tokens after the first.
+- max ITL: the longest gap between consecutive tokens of any request (the worst stall a
+  stream saw, e.g. behind another request's long prompt).
 - E2EL: submit to last token, per request.
 Latencies are reported in milliseconds as mean, median and 99th percentile (numpy's linear
 interpolation).
@@ -34,6 +36,7 @@ class RequestTiming:
     submitted: float
     first_token: float
     finished: float
+    max_inter_token: float = 0.0
 
     @property
     def ttft(self) -> float:
@@ -71,6 +74,7 @@ class LevelMetrics:
     median_tpot_ms: float | None
     p99_tpot_ms: float | None
     mean_itl_ms: float | None
+    max_itl_ms: float | None
     mean_e2el_ms: float
     median_e2el_ms: float
     p99_e2el_ms: float
@@ -119,6 +123,7 @@ def summarize_level(
         median_tpot_ms=tpot[1],
         p99_tpot_ms=tpot[2],
         mean_itl_ms=itl,
+        max_itl_ms=max(t.max_inter_token for t in timings) * 1e3 if gaps > 0 else None,
         mean_e2el_ms=e2el[0],
         median_e2el_ms=e2el[1],
         p99_e2el_ms=e2el[2],

@@ -30,6 +30,7 @@ _TABLE_COLUMNS = (
     ("TTFT ms mean/med/p99", 22),
     ("TPOT ms mean/med/p99", 22),
     ("ITL ms", 8),
+    ("max ITL ms", 11),
 )
 
 
@@ -123,6 +124,7 @@ def table_row(level: LevelMetrics) -> str:
         trio(level.mean_ttft_ms, level.median_ttft_ms, level.p99_ttft_ms),
         trio(level.mean_tpot_ms, level.median_tpot_ms, level.p99_tpot_ms),
         "-" if level.mean_itl_ms is None else f"{level.mean_itl_ms:.1f}",
+        "-" if level.max_itl_ms is None else f"{level.max_itl_ms:.1f}",
     )
     row = "  ".join(
         cell.rjust(width) for cell, (_, width) in zip(cells, _TABLE_COLUMNS, strict=True)

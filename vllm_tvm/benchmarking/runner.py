@@ -98,6 +98,7 @@ def _timing(output: RequestOutput, params: SamplingParams, submitted: float) -> 
         submitted=submitted,
         first_token=metrics.arrival_time + metrics.time_to_first_token,
         finished=metrics.finished_time,
+        max_inter_token=metrics.max_inter_token_seconds,
     )
 
 

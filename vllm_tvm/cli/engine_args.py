@@ -106,6 +106,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="fcfs, priority or lpm " + _default("scheduling_policy"),
     )
     parser.add_argument(
+        "--itl-target-ms",
+        type=float,
+        default=None,
+        help="inter-token latency to keep running streams near while prompts prefill, by "
+        "sizing prompt chunks from measured step times; 0: off " + _default("itl_target_ms"),
+    )
+    parser.add_argument(
         "--logprobs-mode",
         choices=LOGPROBS_MODES,
         default=None,

@@ -13,6 +13,7 @@ from vllm_tvm.cli.preflight import (
     read_prompt,
     resolve_engine_model,
     skip_torch_import,
+    use_built_artifact,
 )
 from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
 from vllm_tvm.runtime.weights.load_format import DUMMY
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     engine_args = resolve_engine_model(engine_args_from_cli(args, show_progress=not args.json))
     skip_torch_import(needs_torch=engine_args.load_format == DUMMY)
+    engine_args = use_built_artifact(engine_args)
     from vllm_tvm.entrypoints.llm import LLM
 
     params = SamplingParams(

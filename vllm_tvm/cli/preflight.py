@@ -15,11 +15,15 @@ import socket
 import sys
 from dataclasses import replace
 
+from vllm_tvm.artifacts.resolution_memo import remembered_artifact
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.runtime.engine.args import EngineArgs
 
 IMPORT_TORCH_ENV = "VLLM_TVM_IMPORT_TORCH"
 """Set to 1 to let TVM's FFI import torch in a command that does not need it."""
+
+RUNTIME_ONLY_ENV = "TVM_USE_RUNTIME_LIB"
+"""TVM's own switch: `import tvm` loads libtvm_runtime alone, not the compiler library."""
 
 
 def resolve_engine_model(engine: EngineArgs) -> EngineArgs:
@@ -102,3 +106,21 @@ def skip_torch_import(needs_torch: bool) -> None:
     if needs_torch or os.environ.get(IMPORT_TORCH_ENV) == "1" or "torch" in sys.modules:
         return
     sys.modules["torch"] = None  # type: ignore[assignment]
+
+
+def use_built_artifact(engine: EngineArgs) -> EngineArgs:
+    """`engine` with its artifact settled when it is given or already built (remembered,
+    artifacts/resolution_memo.py); then nothing will compile, so TVM is told to load its
+    runtime library alone (the compiler library, LLVM inside, costs about a second and
+    hundreds of MB), unless TVM is already imported or the switch is set. An artifact still
+    to be compiled leaves `engine` and TVM as they are."""
+    artifact = engine.artifact
+    if artifact is None:
+        artifact = remembered_artifact(
+            engine.model, engine.device, engine.dtype, engine.weight_format, engine.quantization
+        )
+    if artifact is None:
+        return engine
+    if "tvm" not in sys.modules:
+        os.environ.setdefault(RUNTIME_ONLY_ENV, "1")
+    return replace(engine, artifact=artifact)

@@ -24,6 +24,7 @@ from vllm_tvm.cli.preflight import (
     check_port,
     resolve_engine_model,
     skip_torch_import,
+    use_built_artifact,
 )
 from vllm_tvm.cli.vllm_serve_flags import add_vllm_serve_flags
 from vllm_tvm.runtime.engine.admission import (
@@ -267,6 +268,7 @@ def checked_config(args: argparse.Namespace) -> ServerConfig:
 def run(args: argparse.Namespace) -> int:
     config = checked_config(args)
     skip_torch_import(needs_torch=config.engine.load_format == DUMMY)
+    config = replace(config, engine=use_built_artifact(config.engine))
     from vllm_tvm.entrypoints.llm import artifact_for
     from vllm_tvm.server.launch import serve
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
@@ -38,7 +39,13 @@ def resolve_artifact(
     quantization), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
     types quantized on the device, `dequantized` stores every weight as floats;
     `quantization`: a group-quantization method for a float checkpoint's weights. `target`
-    names another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's)."""
+    names another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's).
+    A resolution for this machine remembered unchanged (artifacts/resolution_memo.py) needs
+    no compiler import."""
+    if target is None:
+        remembered = remembered_artifact(model, device, dtype, weight_format, quantization)
+        if remembered is not None:
+            return remembered
     from vllm_tvm.compiler.build import compile_cached, make_request
 
     request = make_request(
@@ -48,7 +55,10 @@ def resolve_artifact(
         weight_format,
         quantization=quantization,
     )
-    return compile_cached(request, show_progress)
+    artifact = compile_cached(request, show_progress)
+    if target is None:
+        remember_artifact(model, device, dtype, weight_format, artifact, quantization)
+    return artifact
 
 
 def artifact_for(args: EngineArgs) -> Path:

@@ -23,6 +23,12 @@ from pydantic_core import PydanticCustomError
 MAX_N = 128
 """The most completions one request may ask for (OpenAI's limit)."""
 
+MAX_LOGIT_BIAS_KEYS = 300_000
+"""More `logit_bias` entries than any served vocabulary has ids (the largest, Gemma's, has
+262,144): such a map holds duplicates or out-of-vocabulary ids for every model, so it is
+refused by its size alone, before any entry is converted (a million entries cost seconds).
+Maps under it are checked against the model's vocabulary, in one pass over their keys."""
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -97,6 +103,18 @@ class ResponseFormat(_Body):
 
 class SamplingFields(_Request):
     """Fields both generation routes share (OpenAI's, then vLLM's extensions)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded_logit_bias(cls, data: Any) -> Any:
+        bias = data.get("logit_bias") if isinstance(data, dict) else None
+        if isinstance(bias, dict) and len(bias) > MAX_LOGIT_BIAS_KEYS:
+            raise PydanticCustomError(
+                "too_many_logit_bias_keys",
+                "{field}: {count} entries, more than the {limit} any vocabulary allows",
+                {"field": "logit_bias", "count": len(bias), "limit": MAX_LOGIT_BIAS_KEYS},
+            )
+        return data
 
     model: str | None = None
     frequency_penalty: float | None = 0.0

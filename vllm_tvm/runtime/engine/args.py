@@ -50,6 +50,10 @@ class EngineArgs:
     load_format.LOAD_FORMATS (`dummy` weights are seeded by `seed`, 0 when None);
     `skip_tokenizer_init` loads no tokenizer. `speculative_config` (vLLM's JSON, a dict or
     a `SpeculativeConfig`; None: off) makes decode steps verify proposed tokens.
+    `skip_tokenizer_init` loads no tokenizer. `itl_target_ms` is the inter-token latency
+    the scheduler keeps running streams near while prompts prefill, by cutting those prompts
+    into chunks sized from measured step times (scheduler.py, step_pacer.py); 0: no pacing,
+    the token budget alone bounds a step.
     """
 
     model: str | Path
@@ -68,6 +72,7 @@ class EngineArgs:
     gpu_memory_utilization: float | None = None
     enable_prefix_caching: bool = True
     scheduling_policy: SchedulingPolicy = "fcfs"
+    itl_target_ms: float = 500.0
     logprobs_mode: LogprobsMode = "raw_logprobs"
     seed: int | None = None
     show_progress: bool = True
@@ -84,6 +89,8 @@ class EngineArgs:
         check_quantization(self.quantization)
         check_load_format(self.load_format)
         check_logprobs_mode(self.logprobs_mode)
+        if not self.itl_target_ms >= 0:
+            raise ValueError(f"itl_target_ms must be 0 (off) or positive, got {self.itl_target_ms}")
 
     @classmethod
     def from_options(cls, model: str | Path, **options: Any) -> EngineArgs:
@@ -103,6 +110,11 @@ class EngineArgs:
         if self.max_num_batched_tokens is None:
             return DEFAULT_MAX_NUM_BATCHED_TOKENS
         return self.max_num_batched_tokens
+
+    @property
+    def step_time_target(self) -> float | None:
+        """The scheduler's step time target in seconds; None when pacing is off."""
+        return self.itl_target_ms / 1e3 if self.itl_target_ms > 0 else None
 
     @property
     def sized_from_memory(self) -> bool:

@@ -83,6 +83,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.token_budget,
         policy=args.scheduling_policy,
+        step_time_target=args.step_time_target,
     )
     check_block_size(args.block_size)
     model_path = Path(args.model)

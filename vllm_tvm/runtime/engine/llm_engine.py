@@ -210,7 +210,11 @@ class LLMEngine:
         """Run one batch; the outputs of the requests it advanced, finished or aborted."""
         outputs, self._pending = self._pending, []
         scheduled = self.scheduler.schedule().scheduled
-        touched = self._run(scheduled) if scheduled else []
+        touched: list[EngineSequence] = []
+        if scheduled:
+            started = time.perf_counter()
+            touched = self._run(scheduled)
+            self.scheduler.record_step(scheduled, time.perf_counter() - started)
         self.metrics.set_gauges(
             len(self.scheduler.running), len(self.scheduler.waiting), self.block_manager.usage
         )

@@ -27,7 +27,7 @@ class CompletionOutput:
 class RequestMetrics:
     """Wall-clock timings of one request, in seconds (`*_time` are `time.perf_counter()`
     readings; prefill runs from first scheduled to first token, decode from there to the
-    last token)."""
+    last token; `max_inter_token_seconds` is the longest wait between two of its tokens)."""
 
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
@@ -35,6 +35,8 @@ class RequestMetrics:
     decode_tokens: int = 0
     arrival_time: float | None = None
     finished_time: float | None = None
+    max_inter_token_seconds: float = field(default=0.0, compare=False)
+    """A diagnostic of how the request was served, not part of its timings' identity."""
 
     @property
     def decode_tokens_per_second(self) -> float:

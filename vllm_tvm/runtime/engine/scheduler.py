@@ -17,6 +17,9 @@ many as the budget allows, running sequences first, then waiting ones in policy 
   "lpm" (longest prefix match: the waiting sequence with the most cached prompt blocks
   first, SGLang's cache-aware policy; fcfs beyond `LPM_MAX_QUEUE` waiting sequences, where
   the matching would cost more than it saves).
+- Pacing (`step_time_target`, seconds): while some running sequence is between tokens, the
+  step's prompt tokens are capped by a `StepPacer` (step_pacer.py) so that its time, and
+  with it every stream's inter-token gap, stays near the target. None: not paced.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Literal, NamedTuple, get_args
 
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.sequence import EngineSequence, SequenceStatus
+from vllm_tvm.runtime.engine.step_pacer import StepPacer, paced_prompt_floor
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
@@ -37,11 +41,13 @@ LPM_MAX_QUEUE = 128
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Limits of one step and the waiting-queue policy."""
+    """Limits of one step, the waiting-queue policy and the step time target (seconds;
+    None: steps are not paced)."""
 
     max_num_seqs: int
     max_num_batched_tokens: int
     policy: SchedulingPolicy
+    step_time_target: float | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -82,6 +88,12 @@ class Scheduler:
         self.metrics = metrics
         self.waiting: deque[EngineSequence] = deque()
         self.running: list[EngineSequence] = []
+        target = config.step_time_target
+        self.pacer = (
+            StepPacer(target, paced_prompt_floor(config.max_num_batched_tokens))
+            if target is not None
+            else None
+        )
 
     @property
     def has_unfinished(self) -> bool:
@@ -104,6 +116,11 @@ class Scheduler:
         """Pick this step's sequences and token counts; reserve their blocks."""
         return self._schedule_decodes() or self._schedule_any()
 
+    def record_step(self, scheduled: list[ScheduledSequence], seconds: float) -> None:
+        """Tell the pacer, if any, that running `scheduled` took `seconds`."""
+        if self.pacer is not None:
+            self.pacer.record(scheduled, seconds)
+
     def _schedule_decodes(self) -> SchedulerOutput | None:
         """The common step at no per-sequence policy cost: nothing waits and every running
         sequence computes just its last sampled token, within the budget and the free
@@ -125,12 +142,18 @@ class Scheduler:
         out), then waiting ones in policy order."""
         output = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
+        prompt_budget = self._prompt_token_allowance()
         for seq in list(self.running):
             if budget == 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
             num_tokens = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if num_tokens > 1:
+                num_tokens = min(num_tokens, prompt_budget)
+                if num_tokens == 0:
+                    continue
+                prompt_budget -= num_tokens
             target = seq.num_computed_tokens + num_tokens
             while not self.block_manager.can_grow(seq, target):
                 victim = self._preemption_victim()
@@ -142,10 +165,24 @@ class Scheduler:
                 output.scheduled.append(ScheduledSequence(seq, num_tokens))
                 budget -= num_tokens
         if not output.preempted:
-            self._admit(output, budget)
+            self._admit(output, min(budget, prompt_budget))
         return output
 
+    def _prompt_token_allowance(self) -> int:
+        """The prompt tokens this step may carry: the pacer's allowance while a running
+        sequence waits for its next token, else the whole budget."""
+        budget = self.config.max_num_batched_tokens
+        if self.pacer is None:
+            return budget
+        decode_rows = sum(1 for seq in self.running if seq.output_token_ids)
+        if decode_rows == 0:
+            return budget
+        allowance = self.pacer.prompt_token_allowance(decode_rows)
+        return budget if allowance is None else min(allowance, budget)
+
     def _admit(self, output: SchedulerOutput, budget: int) -> None:
+        """Admit waiting sequences in policy order with `budget` tokens (every admitted
+        sequence computes prompt tokens)."""
         manager = self.block_manager
         for seq in self._waiting_order():
             if budget == 0 or len(self.running) >= self.config.max_num_seqs:

@@ -88,6 +88,7 @@ class EngineSequence:
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
+    max_token_gap: float = 0.0
     finished_time: float | None = None
     # What the previous delta output already carried.
     sent_tokens: int = 0
@@ -134,8 +135,11 @@ class EngineSequence:
         if self.logprobs is not None and logprobs is not None:
             self.logprobs.append(logprobs)
             self.cumulative_logprob += logprobs.logprob
-        if self.first_token_time is None:
+        last = self.last_token_time
+        if last is None:
             self.first_token_time = now
+        elif now - last > self.max_token_gap:
+            self.max_token_gap = now - last
         self.last_token_time = now
         step = self.stops.step(token_id, self.decoder)
         if step.text:
@@ -245,4 +249,5 @@ class Request:
             max(len(seq.sampling.output_token_ids) - 1, 0),  # decode_tokens
             self.arrival_time,
             seq.finished_time,
+            seq.max_token_gap,
         )
