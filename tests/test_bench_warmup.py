@@ -11,6 +11,7 @@ import pytest
 from vllm_tvm.benchmarking import sweep
 from vllm_tvm.benchmarking.config import BenchConfig
 from vllm_tvm.benchmarking.runner import bench_sampling_params, warm_up
+from vllm_tvm.runtime.engine.metrics import EngineMetrics
 
 CONCURRENCY = (1, 4, 2)
 INPUT_LEN, OUTPUT_LEN = 10, 6
@@ -22,6 +23,7 @@ class CountingEngine:
 
     def __init__(self) -> None:
         self.runner = SimpleNamespace(vocab_size=512)
+        self.metrics = EngineMetrics()  # the sweep reads speculative counters per level
         self.max_model_len = 256
         self.tokenizer = None
         self.scheduler_config = SimpleNamespace(max_num_seqs=8, max_num_batched_tokens=64)
@@ -61,7 +63,10 @@ class CountingEngine:
                         prompt_token_ids=prompt,
                         outputs=[SimpleNamespace(finish_reason="length", token_ids=[0] * state[2])],
                         metrics=SimpleNamespace(
-                            arrival_time=arrival, time_to_first_token=0.0, finished_time=now
+                            arrival_time=arrival,
+                            time_to_first_token=0.0,
+                            finished_time=now,
+                            max_inter_token_seconds=0.0,
                         ),
                     )
                 )

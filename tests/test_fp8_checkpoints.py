@@ -153,7 +153,7 @@ def test_fp8_dequantized_at_load_equals_fused(fp8_checkpoints) -> None:
 @pytest.mark.parametrize(
     ("quantization_config", "message"),
     [
-        ({"quant_method": "awq", "bits": 4}, "method 'awq' is not supported"),
+        ({"quant_method": "awq", "bits": 3}, "awq with 3 bits is not supported"),
         ({"quant_method": "bitsandbytes"}, "method 'bitsandbytes' is not supported"),
         ({"quant_method": "hqq"}, "method 'hqq' is not supported"),
         ({"quant_method": "exl2"}, "method 'exl2' is not supported"),
