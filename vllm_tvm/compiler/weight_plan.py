@@ -54,9 +54,10 @@ def plan_weight_formats(
     gguf = is_gguf(model_path)
     prequantized = not gguf and is_prequantized(config)
     if quantization is not None and (gguf or prequantized):
+        kind = "a GGUF file" if gguf else "a checkpoint with a quantization_config"
         raise ValueError(
             f"--quantization {quantization} applies to float checkpoints; {model_path} is "
-            "already quantized (use --weight-format to choose how it is kept)"
+            f"{kind}, already quantized (use --weight-format to choose how it is kept)"
         )
     if quantization is None and (mode == DEQUANTIZED or not (gguf or prequantized)):
         return {}
