@@ -218,7 +218,9 @@ def test_plane_cache_rebuilds_a_bad_entry(
     source = GGUFWeights(gguf_copy)
     entries = _q4_1_entries(source)
     expected = _planes(entries, source)
-    entry_dir = derived_cache.read_entry(plane_cache.KIND, gguf_copy, plane_cache._version(entries))
+    entry_dir = derived_cache.read_entry(
+        plane_cache.KIND, gguf_copy, plane_cache.entry_version(entries)
+    )
     assert entry_dir is not None
     if damage == "corrupt":
         _flip_byte(entry_dir / plane_cache.DATA_FILE, 100)
@@ -232,3 +234,17 @@ def test_plane_cache_rebuilds_a_bad_entry(
     assert repacked
     for entry in entries:
         np.testing.assert_array_equal(rebuilt[entry.name], expected[entry.name])
+
+
+def test_a_failing_derivation_leaves_nothing_behind(tmp_path: Path, cache_dir: Path) -> None:
+    checkpoint = tmp_path / "model.gguf"
+    checkpoint.write_bytes(b"weights")
+
+    def fail(directory: Path) -> None:
+        (directory / "half.bin").write_bytes(b"half")
+        raise ValueError("derivation failed")
+
+    with pytest.raises(ValueError, match="derivation failed"):
+        derived_cache.write_entry("test", checkpoint, "v1", fail)
+    assert derived_cache.read_entry("test", checkpoint, "v1") is None
+    assert not any(cache_dir.rglob("*.bin"))

@@ -70,7 +70,8 @@ def write_entry(
     kind: str, checkpoint_file: Path, version: str, write: Callable[[Path], None]
 ) -> Path | None:
     """Store an entry: `write(directory)` fills a fresh directory, which is indexed and
-    renamed into place. Returns the stored directory, or None when it could not be stored."""
+    renamed into place. Returns the stored directory, or None when it could not be stored;
+    an error raised by `write` itself propagates, leaving nothing behind."""
     directory = entry_dir(kind, checkpoint_file, version)
     partial = directory.with_name(f"{directory.name}.{os.getpid()}.tmp")
     try:
@@ -84,6 +85,9 @@ def write_entry(
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
         return None
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return directory
 
 

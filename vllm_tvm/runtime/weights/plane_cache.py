@@ -44,7 +44,7 @@ def quantized_planes(
     path = getattr(source, "path", None)
     if not quantized or path is None or not hasattr(source, "raw"):
         return QuantizedPlanes(source).get
-    version = _version(quantized)
+    version = entry_version(quantized)
     entry_dir = read_entry(KIND, path, version)
     if entry_dir is None:
         entry_dir = write_entry(KIND, path, version, lambda d: _write(quantized, source, d))
@@ -54,7 +54,8 @@ def quantized_planes(
     return lambda entry: arrays[entry.name]
 
 
-def _version(quantized: Sequence[ParamEntry]) -> str:
+def entry_version(quantized: Sequence[ParamEntry]) -> str:
+    """The cache key's version for these parameters: the repacking code and their layout."""
     layout = json.dumps([dataclasses.asdict(entry) for entry in quantized])
     return code_version([module.__file__ or "" for module in _REPACKERS], layout)
 
