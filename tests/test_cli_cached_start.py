@@ -60,7 +60,8 @@ def test_a_built_artifact_selects_the_runtime_library_before_tvm_loads(
     from vllm_tvm.runtime.engine.args import EngineArgs
 
     model, artifact = built
-    monkeypatch.delenv(preflight.RUNTIME_ONLY_ENV, raising=False)
+    monkeypatch.setenv(preflight.RUNTIME_ONLY_ENV, "0")  # so that teardown restores it
+    monkeypatch.delenv(preflight.RUNTIME_ONLY_ENV)
     monkeypatch.delitem(sys.modules, "tvm")
     engine = EngineArgs(model=str(model))
     assert preflight.use_built_artifact(engine) == engine  # still to compile

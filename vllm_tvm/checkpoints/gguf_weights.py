@@ -13,6 +13,7 @@ quantized blocks (rows in HF order too) for kernels that dequantize on the fly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
-from vllm_tvm.checkpoints.gguf_file import GGUFTensor
+from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
     ROPE_FREQS_TENSOR,
@@ -54,6 +55,7 @@ class GGUFWeights:
     def __init__(self, source: GGUFSource) -> None:
         """Open ``source`` (a path or an already opened ``GGUFFile``)."""
         reader = open_gguf(source)
+        self.path: Path | None = None if isinstance(source, GGUFFile) else Path(source)
         self.config: dict[str, Any] = hf_config_from_gguf(reader)
         arch = architecture_of(reader)
         self._tensors: dict[str, GGUFTensor] = {

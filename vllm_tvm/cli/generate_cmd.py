@@ -12,6 +12,7 @@ from vllm_tvm.cli.preflight import (
     check_device,
     read_prompt,
     resolve_engine_model,
+    skip_ml_dtypes_import,
     skip_torch_import,
     use_built_artifact,
 )
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     engine_args = resolve_engine_model(engine_args_from_cli(args, show_progress=not args.json))
     skip_torch_import(needs_torch=engine_args.load_format == DUMMY)
     engine_args = use_built_artifact(engine_args)
+    skip_ml_dtypes_import(engine_args)
     from vllm_tvm.entrypoints.llm import LLM
 
     params = SamplingParams(

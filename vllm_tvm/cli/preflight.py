@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import socket
 import sys
 from dataclasses import replace
+from pathlib import Path
 
+from vllm_tvm.artifacts.manifest import MANIFEST_NAME
 from vllm_tvm.artifacts.resolution_memo import remembered_artifact
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.weights.load_format import DUMMY
 
 IMPORT_TORCH_ENV = "VLLM_TVM_IMPORT_TORCH"
 """Set to 1 to let TVM's FFI import torch in a command that does not need it."""
+
+IMPORT_ML_DTYPES_ENV = "VLLM_TVM_IMPORT_ML_DTYPES"
+"""Set to 1 to let TVM's FFI import ml_dtypes where a cached GGUF start would skip it."""
+
+PLAIN_FLOAT_DTYPES = ("float32", "float16")
+"""Parameter dtypes that numpy holds without ml_dtypes."""
 
 RUNTIME_ONLY_ENV = "TVM_USE_RUNTIME_LIB"
 """TVM's own switch: `import tvm` loads libtvm_runtime alone, not the compiler library."""
@@ -106,6 +116,34 @@ def skip_torch_import(needs_torch: bool) -> None:
     if needs_torch or os.environ.get(IMPORT_TORCH_ENV) == "1" or "torch" in sys.modules:
         return
     sys.modules["torch"] = None  # type: ignore[assignment]
+
+
+def skip_ml_dtypes_import(engine: EngineArgs) -> None:
+    """Keep `import tvm` from importing ml_dtypes when the command loads no array it names.
+
+    TVM's FFI imports ml_dtypes, when installed, only to name its bfloat16 and float8 numpy
+    types; loading its extension costs about 0.9 s of CPU per start. A built artifact
+    (`engine.artifact`, settled by `use_built_artifact`) whose parameters are all float32,
+    float16 or integer planes, loaded from a GGUF file (whose tensors are read as float32 or
+    raw blocks), never holds such an array: there a None in `sys.modules` makes the import
+    fail as if absent, which tvm_ffi accepts, and any later use fails by name. Dummy weights,
+    other checkpoint formats and artifacts still to be compiled keep it."""
+    if (
+        engine.artifact is None
+        or engine.load_format == DUMMY
+        or Path(engine.model).suffix != ".gguf"
+        or os.environ.get(IMPORT_ML_DTYPES_ENV) == "1"
+        or "tvm" in sys.modules
+        or "ml_dtypes" in sys.modules
+    ):
+        return
+    try:
+        params = json.loads((Path(engine.artifact) / MANIFEST_NAME).read_text("utf-8"))["params"]
+        dtypes = {param["dtype"] for param in params}
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if all(dtype in PLAIN_FLOAT_DTYPES or dtype.startswith(("int", "uint")) for dtype in dtypes):
+        sys.modules["ml_dtypes"] = None  # type: ignore[assignment]
 
 
 def use_built_artifact(engine: EngineArgs) -> EngineArgs:

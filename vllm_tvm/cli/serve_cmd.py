@@ -23,6 +23,7 @@ from vllm_tvm.cli.preflight import (
     check_device,
     check_port,
     resolve_engine_model,
+    skip_ml_dtypes_import,
     skip_torch_import,
     use_built_artifact,
 )
@@ -269,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
     config = checked_config(args)
     skip_torch_import(needs_torch=config.engine.load_format == DUMMY)
     config = replace(config, engine=use_built_artifact(config.engine))
+    skip_ml_dtypes_import(config.engine)
     from vllm_tvm.entrypoints.llm import artifact_for
     from vllm_tvm.server.launch import serve
 

@@ -27,7 +27,6 @@ from vllm_tvm.runtime.kv.cache_config import (
 )
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
-from vllm_tvm.runtime.weights.dummy_weights import make_dummy_params
 from vllm_tvm.runtime.weights.load_format import DUMMY
 
 
@@ -88,16 +87,17 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     check_block_size(args.block_size)
     model_path = Path(args.model)
     tokenizer = None if args.skip_tokenizer_init else load_tokenizer(model_path)
-    params = (
-        make_dummy_params(
+    params = None
+    if args.load_format == DUMMY:
+        # Imported here: it needs ml_dtypes, which a start loading real weights may skip.
+        from vllm_tvm.runtime.weights.dummy_weights import make_dummy_params
+
+        params = make_dummy_params(
             read_manifest(Path(args.artifact)).params,
             args.device,
             seed=args.seed or 0,
             show_progress=args.show_progress,
         )
-        if args.load_format == DUMMY
-        else None
-    )
     checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
     runner = ModelRunner(
         args.artifact,

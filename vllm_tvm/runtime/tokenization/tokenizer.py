@@ -127,12 +127,12 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     directory with none of them but exactly one `.gguf` file loads that file's vocabulary.
     Raises `FileNotFoundError` when none is there and `ValueError` for unsupported variants.
     """
-    from vllm_tvm.runtime.tokenization.gguf_vocab import load_gguf_tokenizer
+    from vllm_tvm.runtime.tokenization.gguf_tokenizer_cache import load_cached_gguf_tokenizer
     from vllm_tvm.runtime.tokenization.hf_directory import TOKENIZER_FILES, load_hf_directory
 
     path = Path(path)
     if path.is_file() and path.suffix == ".gguf":
-        return load_gguf_tokenizer(path)
+        return load_cached_gguf_tokenizer(path)
     if path.is_file():
         _refuse_unsupported_format(path)
         path = path.parent
@@ -140,7 +140,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         has_hf_files = any((path / name).is_file() for name in _HF_MARKERS)
         ggufs = sorted(path.glob("*.gguf"))
         if not has_hf_files and len(ggufs) == 1:
-            return load_gguf_tokenizer(ggufs[0])
+            return load_cached_gguf_tokenizer(ggufs[0])
         if not has_hf_files and len(ggufs) > 1:
             raise FileNotFoundError(
                 f"no {', '.join(TOKENIZER_FILES)} in {path}, and {len(ggufs)} .gguf files: "

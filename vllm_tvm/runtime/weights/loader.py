@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-import ml_dtypes
 import numpy as np
 from tqdm import tqdm
 
@@ -31,11 +30,14 @@ class WeightMismatchError(ValueError):
     """A checkpoint whose tensors do not fit the artifact."""
 
 
-_NUMPY_DTYPES = {
-    "float32": np.dtype(np.float32),
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-}
+def _numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of an artifact dtype; ml_dtypes is imported for bfloat16 alone, so a
+    start that loads none does not pay for its extension."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype({"float32": np.float32, "float16": np.float16}[name])
 
 
 def open_weights(model_path: str | Path, quantization: str | None = None) -> WeightSource:
@@ -65,10 +67,10 @@ def open_weights(model_path: str | Path, quantization: str | None = None) -> Wei
 
 
 def _to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
-    target = _NUMPY_DTYPES[dtype]
+    target = _numpy_dtype(dtype)
     if array.dtype == target:
         return array
-    if array.dtype == _NUMPY_DTYPES["bfloat16"] or target == _NUMPY_DTYPES["bfloat16"]:
+    if array.dtype.name == "bfloat16" or target.name == "bfloat16":
         # ml_dtypes converts through float32 with round-to-nearest-even.
         return array.astype(np.float32).astype(target)
     return array.astype(target)
@@ -110,12 +112,13 @@ def load_params(
     """
     import tvm
 
-    from vllm_tvm.runtime.weights.quantized_params import QuantizedPlanes, check_quantized_sources
+    from vllm_tvm.runtime.weights.plane_cache import quantized_planes
+    from vllm_tvm.runtime.weights.quantized_params import check_quantized_sources
 
     check_quantized_sources(entries, source)
-    planes = QuantizedPlanes(source)
+    plane_of = quantized_planes(entries, source)
     uploaded = []
     for entry in tqdm(entries, desc="load weights", unit="tensor", disable=not show_progress):
-        array = assemble_param(entry, source) if entry.format == FLOAT else planes.get(entry)
+        array = assemble_param(entry, source) if entry.format == FLOAT else plane_of(entry)
         uploaded.append(tvm.runtime.tensor(array, device))
     return uploaded
