@@ -94,11 +94,16 @@ def cuda_arch() -> str | None:
         return None
     device = ctypes.c_int(0)
     major, minor = ctypes.c_int(0), ctypes.c_int(0)
-    if driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(device), 0) != 0:
-        return None
-    for attribute, value in ((CUDA_ATTRIBUTE_MAJOR, major), (CUDA_ATTRIBUTE_MINOR, minor)):
-        if driver.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) != 0:
+    try:
+        if driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(device), 0) != 0:
             return None
+        for attribute, value in ((CUDA_ATTRIBUTE_MAJOR, major), (CUDA_ATTRIBUTE_MINOR, minor)):
+            if driver.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) != 0:
+                return None
+    except AttributeError:
+        # A library of that name without the driver API: the link-time stub the CUDA
+        # compile loads into this process (compiler/cuda_build.py), not a driver.
+        return None
     return f"sm_{major.value}{minor.value}"
 
 
