@@ -157,3 +157,12 @@ def test_a_runtime_only_bundle_reports_its_tvm_version(tmp_path, monkeypatch) ->
     assert machine.installed_tvm_version() == "9.9.9"
     (tmp_path / MANIFEST_NAME).unlink()
     assert machine.installed_tvm_version() == "none"
+
+
+def test_a_libcuda_without_the_driver_api_means_no_gpu(monkeypatch) -> None:
+    """The CUDA compile loads a link-time stub named libcuda.so.1 into the process; the
+    registry's GPU probe must read it as "no GPU", not crash."""
+    from vllm_tvm.registry import machine
+
+    monkeypatch.setattr(machine.ctypes, "CDLL", lambda name: object())
+    assert machine.cuda_arch() is None
