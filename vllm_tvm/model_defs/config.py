@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
@@ -21,6 +21,10 @@ LLAMA3_ROPE_KEYS = (
     "high_freq_factor",
     "original_max_position_embeddings",
 )
+
+
+SLIDING_ATTENTION = "sliding_attention"
+FULL_ATTENTION = "full_attention"
 
 
 class ModelConfigError(ValueError):
@@ -50,6 +54,31 @@ class LlamaFamilyConfig:
     mlp_bias: bool = False
     qk_norm: bool = False
     sliding_window: int | None = None
+    # Gemma-style options (defaults: Llama's numerics); see gemma_options.py.
+    hidden_act: str = "silu"
+    norm_weight_offset: float = 0.0
+    """Every RMSNorm multiplies by `offset + w` (Gemma stores w - 1: offset 1.0)."""
+    embedding_scale: float = 1.0
+    """Token embeddings are multiplied by this (Gemma: sqrt(hidden_size))."""
+    sandwich_norms: bool = False
+    """Norms after attention and MLP too (Gemma 2/3's post-attention / pre- and
+    post-feedforward norms)."""
+    query_pre_attn_scalar: float | None = None
+    """Attention logits are scaled by this ** -0.5 instead of head_dim ** -0.5."""
+    final_logit_softcapping: float | None = None
+    """Logits become cap * tanh(logits / cap)."""
+    layer_types: tuple[str, ...] = ()
+    """Per layer `full_attention` or `sliding_attention` (`sliding_window` tokens); empty:
+    every layer attends to the whole context."""
+    rope_local_theta: float | None = None
+    """RoPE base of the sliding layers when it differs from `rope_theta` (Gemma 3)."""
+
+    @property
+    def sliding_layers(self) -> list[bool]:
+        """Whether each layer attends to the last `sliding_window` tokens only."""
+        if not self.layer_types or self.sliding_window is None:
+            return [False] * self.num_hidden_layers
+        return [kind == SLIDING_ATTENTION for kind in self.layer_types]
 
     @property
     def linear_rope_factor(self) -> float:
@@ -100,22 +129,57 @@ def _rope_settings(config: dict[str, Any]) -> tuple[float, str, dict[str, float]
     return theta, rope_type, {k: float(scaling[k]) for k in LLAMA3_ROPE_KEYS}
 
 
+SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh", "gelu")
+"""HF `hidden_act` names of the gated MLP's activation (`gelu` is the exact, erf form)."""
+
+
 def _refuse_unsupported_features(config: dict[str, Any]) -> None:
-    act = config.get("hidden_act", "silu")
-    if act != "silu":
-        raise ModelConfigError(f"unsupported hidden_act '{act}'; supported: silu")
+    act = config.get("hidden_activation") or config.get("hidden_act", "silu")
+    if act not in SUPPORTED_ACTIVATIONS:
+        raise ModelConfigError(
+            f"unsupported hidden_act '{act}'; supported: " + ", ".join(SUPPORTED_ACTIVATIONS)
+        )
     if config.get("pretraining_tp", 1) not in (1, None):
         raise ModelConfigError(
             f"unsupported pretraining_tp {config['pretraining_tp']}; supported: 1"
         )
 
 
+def _sliding_layer_types(config: dict[str, Any], window: int | None, layers: int) -> tuple:
+    """Per-layer attention kinds of a windowed Mistral/Qwen2 (HF's `layer_types`, else every
+    layer slides); empty when no layer does."""
+    if not window:
+        return ()
+    kinds = tuple(config.get("layer_types") or (SLIDING_ATTENTION,) * layers)
+    return kinds if SLIDING_ATTENTION in kinds else ()
+
+
+def _check_layer_types(parsed: LlamaFamilyConfig) -> LlamaFamilyConfig:
+    kinds = parsed.layer_types
+    if not kinds:
+        return parsed
+    unknown = sorted(set(kinds) - {FULL_ATTENTION, SLIDING_ATTENTION})
+    if unknown or len(kinds) != parsed.num_hidden_layers:
+        raise ModelConfigError(
+            f"unsupported layer_types {list(kinds)}; supported: one of {FULL_ATTENTION}, "
+            f"{SLIDING_ATTENTION} per layer ({parsed.num_hidden_layers} layers)"
+        )
+    return parsed
+
+
 def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
     """Validate an HF config dict of a llama-family architecture and normalise it."""
+    from vllm_tvm.model_defs import gemma_options
+
+    config = gemma_options.text_config_of(config)
     architecture = _require(config, "architectures")[0]
     _refuse_unsupported_features(config)
+    local_theta = None
+    if gemma_options.is_gemma(architecture):
+        config, local_theta = gemma_options.split_rope_parameters(config)
     hidden = int(_require(config, "hidden_size"))
     heads = int(_require(config, "num_attention_heads"))
+    layers = int(_require(config, "num_hidden_layers"))
     theta, rope_type, rope_scaling = _rope_settings(config)
     is_qwen2 = architecture == "Qwen2ForCausalLM"
     is_qwen3 = architecture == "Qwen3ForCausalLM"
@@ -123,12 +187,13 @@ def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
     sliding = config.get("sliding_window")
     if architecture.startswith("Qwen") and not config.get("use_sliding_window", False):
         sliding = None
-    return LlamaFamilyConfig(
+    layer_types = _sliding_layer_types(config, sliding, layers)
+    parsed = LlamaFamilyConfig(
         architecture=architecture,
         vocab_size=int(_require(config, "vocab_size")),
         hidden_size=hidden,
         intermediate_size=int(_require(config, "intermediate_size")),
-        num_hidden_layers=int(_require(config, "num_hidden_layers")),
+        num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=int(config.get("num_key_value_heads") or heads),
         head_dim=int(config.get("head_dim") or hidden // heads),
@@ -142,5 +207,11 @@ def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
         o_proj_bias=False if is_qwen2 else attention_bias,
         mlp_bias=bool(config.get("mlp_bias", False)),
         qk_norm=is_qwen3,
-        sliding_window=int(sliding) if sliding else None,
+        sliding_window=int(sliding) if layer_types else None,
+        layer_types=layer_types,
+        hidden_act=config.get("hidden_act", "silu"),
     )
+    if gemma_options.is_gemma(architecture):
+        options = gemma_options.gemma_options(config, architecture, theta, local_theta)
+        parsed = replace(parsed, **options)
+    return _check_layer_types(parsed)

@@ -1,8 +1,12 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) written with `tvm.relax.frontend.nn`.
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 1/2/3) written with
+`tvm.relax.frontend.nn`.
 
-One definition covers the four families because they differ only in switches that
+One definition covers the families because they differ only in switches that
 `LlamaFamilyConfig` carries (GQA, q/k/v bias, per-head q/k RMSNorm, tied embeddings, RoPE
-scaling). Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or
+scaling; Gemma's (1 + w) norms, scaled embeddings, GELU, sandwich norms, soft-capped final
+logits, per-layer sliding windows and a sliding-layer RoPE base: gemma_options.py).
+
+Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or
 `FlashInferPagedKVCache` with FlashInfer's kernels: compiler/attention.py), which applies
 RoPE to q/k itself; the exported functions follow the compiled contract in
 docs/ARCHITECTURE.md: `embed`, `prefill` (ragged batch), `decode` (batch),
@@ -31,7 +35,8 @@ from tvm.relax.frontend.nn.llm.kv_cache import (
 from tvm.target import Target
 
 from vllm_tvm.model_defs.config import LlamaFamilyConfig
-from vllm_tvm.model_defs.layers import NTLinear, nt_matmul
+from vllm_tvm.model_defs.layers import NTLinear, make_rms_norm, nt_matmul
+from vllm_tvm.model_defs.rotary import apply_rotary
 
 FUSED_PROJECTIONS = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -42,7 +47,7 @@ FUSED_PROJECTIONS = {
 class LlamaAttention(nn.Module):
     """Self-attention with fused qkv projection over the paged KV cache."""
 
-    def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
+    def __init__(self, config: LlamaFamilyConfig, dtype: str, layer_id: int) -> None:
         self.num_q_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -54,37 +59,44 @@ class LlamaAttention(nn.Module):
             self.num_q_heads * self.head_dim, config.hidden_size, config.o_proj_bias, dtype
         )
         if config.qk_norm:
-            self.q_norm = nn.RMSNorm(
-                self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype
-            )
-            self.k_norm = nn.RMSNorm(
-                self.head_dim, -1, config.rms_norm_eps, bias=False, dtype=dtype
-            )
+            self.q_norm = make_rms_norm(config, self.head_dim, dtype)
+            self.k_norm = make_rms_norm(config, self.head_dim, dtype)
         else:
             self.q_norm = None
             self.k_norm = None
+        scalar = config.query_pre_attn_scalar or self.head_dim
+        self.sm_scale = scalar**-0.5
+        self.rope_theta = _in_model_rope_theta(config, layer_id)
+        self.linear_rope_factor = config.linear_rope_factor
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache, layer_id: int) -> Tensor:
         batch, seq_len, _ = hidden.shape
         heads = self.num_q_heads + 2 * self.num_kv_heads
         qkv = op.reshape(self.qkv_proj(hidden), (batch, seq_len, heads, self.head_dim))
-        if self.q_norm is not None:
+        if self.q_norm is not None or self.rope_theta is not None:
             q, k, v = op.split(
                 qkv, [self.num_q_heads, self.num_q_heads + self.num_kv_heads], axis=2
             )
-            qkv = op.concat([self.q_norm(q), self.k_norm(k), v], dim=2)
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            if self.rope_theta is not None:
+                positions = kv_cache.get_query_positions(batch * seq_len)
+                q = apply_rotary(q, positions, self.rope_theta, self.linear_rope_factor)
+                k = apply_rotary(k, positions, self.rope_theta, self.linear_rope_factor)
+            qkv = op.concat([q, k, v], dim=2)
         attn = kv_cache.attention_with_fused_qkv(
-            layer_id, qkv, self.num_q_heads, sm_scale=self.head_dim**-0.5
+            layer_id, qkv, self.num_q_heads, sm_scale=self.sm_scale
         )
         attn = op.reshape(attn, (batch, seq_len, self.num_q_heads * self.head_dim))
         return self.o_proj(attn)
 
 
 class LlamaMLP(nn.Module):
-    """SwiGLU feed-forward with fused gate/up projection."""
+    """Gated feed-forward (SwiGLU, or GELU-gated for Gemma) with fused gate/up projection."""
 
     def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
         self.intermediate_size = config.intermediate_size
+        self.hidden_act = config.hidden_act
         self.gate_up_proj = NTLinear(
             config.hidden_size, 2 * config.intermediate_size, config.mlp_bias, dtype
         )
@@ -94,24 +106,36 @@ class LlamaMLP(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         gate, up = op.split(self.gate_up_proj(hidden), 2, axis=-1)
-        return self.down_proj(op.silu(gate) * up)
+        return self.down_proj(_ACTIVATIONS[self.hidden_act](gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
-    """Pre-norm attention + MLP block with residuals."""
+    """Pre-norm attention + MLP block with residuals.
 
-    def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
-        eps = config.rms_norm_eps
-        self.input_layernorm = nn.RMSNorm(config.hidden_size, -1, eps, bias=False, dtype=dtype)
-        self.self_attn = LlamaAttention(config, dtype)
-        self.post_attention_layernorm = nn.RMSNorm(
-            config.hidden_size, -1, eps, bias=False, dtype=dtype
-        )
+    With `sandwich_norms` (Gemma 2/3) the branch outputs are normed too, and HF's names
+    shift: `post_attention_layernorm` norms the attention output, `pre_feedforward_layernorm`
+    the MLP input, `post_feedforward_layernorm` the MLP output.
+    """
+
+    def __init__(self, config: LlamaFamilyConfig, dtype: str, layer_id: int) -> None:
+        size = config.hidden_size
+        self.sandwich_norms = config.sandwich_norms
+        self.input_layernorm = make_rms_norm(config, size, dtype)
+        self.self_attn = LlamaAttention(config, dtype, layer_id)
+        self.post_attention_layernorm = make_rms_norm(config, size, dtype)
+        if self.sandwich_norms:
+            self.pre_feedforward_layernorm = make_rms_norm(config, size, dtype)
+            self.post_feedforward_layernorm = make_rms_norm(config, size, dtype)
         self.mlp = LlamaMLP(config, dtype)
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache, layer_id: int) -> Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), kv_cache, layer_id)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        attn = self.self_attn(self.input_layernorm(hidden), kv_cache, layer_id)
+        if not self.sandwich_norms:
+            hidden = hidden + attn
+            return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        hidden = hidden + self.post_attention_layernorm(attn)
+        mlp = self.mlp(self.pre_feedforward_layernorm(hidden))
+        return hidden + self.post_feedforward_layernorm(mlp)
 
 
 class LlamaModel(nn.Module):
@@ -120,9 +144,9 @@ class LlamaModel(nn.Module):
     def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
         self.layers = nn.ModuleList(
-            [LlamaDecoderLayer(config, dtype) for _ in range(config.num_hidden_layers)]
+            [LlamaDecoderLayer(config, dtype, i) for i in range(config.num_hidden_layers)]
         )
-        self.norm = nn.RMSNorm(config.hidden_size, -1, config.rms_norm_eps, bias=False, dtype=dtype)
+        self.norm = make_rms_norm(config, config.hidden_size, dtype)
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache) -> Tensor:
         for layer_id, layer in enumerate(self.layers):
@@ -152,11 +176,15 @@ class LlamaForCausalLM(nn.Module):
 
     def _logits(self, hidden: Tensor) -> Tensor:
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return nt_matmul(hidden, weight, out_dtype="float32")
+        logits = nt_matmul(hidden, weight, out_dtype="float32")
+        cap = self.config.final_logit_softcapping
+        return logits if cap is None else op.tanh(logits / cap) * cap
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Token ids [n] -> embeddings [n, hidden]."""
-        return self.model.embed_tokens(input_ids)
+        """Token ids [n] -> embeddings [n, hidden] (times `embedding_scale`)."""
+        embeddings = self.model.embed_tokens(input_ids)
+        scale = self.config.embedding_scale
+        return embeddings if scale == 1.0 else embeddings * scale
 
     def prefill(
         self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
@@ -192,8 +220,9 @@ class LlamaForCausalLM(nn.Module):
             {"rope_type": "llama3", **cfg.rope_scaling} if cfg.rope_type == "llama3" else {}
         )
         cache_class = FlashInferPagedKVCache if self.attention == "flashinfer" else TIRPagedKVCache
+        sliding = cfg.sliding_layers
         cache = cache_class(
-            attn_kind="mha",
+            attn_kind=["mha_sliding" if slides else "mha" for slides in sliding],
             max_batch_size=max_batch_size,
             max_total_seq_len=max_total_seq_len,
             prefill_chunk_size=prefill_chunk_size,
@@ -207,7 +236,7 @@ class LlamaForCausalLM(nn.Module):
             v_head_dim=cfg.head_dim,
             mla_original_qk_head_dim=0,
             mla_original_v_head_dim=0,
-            rope_mode=RopeMode.NORMAL,
+            rope_mode=RopeMode.NONE if cfg.rope_local_theta is not None else RopeMode.NORMAL,
             rope_scale=1.0 / cfg.linear_rope_factor,
             rope_theta=cfg.rope_theta,
             rope_scaling=rope_scaling,
@@ -216,6 +245,8 @@ class LlamaForCausalLM(nn.Module):
             enable_disaggregation=False,
             dtype=self.dtype,
             target=self.target,
+            # TVM wants a positive size even when no layer slides (then unused).
+            layer_sliding_window_size=cfg.sliding_window or cfg.max_position_embeddings,
         )
         self.kv_cache_extern_mods = list(getattr(cache, "extern_mods", []))
         return cache
@@ -252,6 +283,21 @@ class LlamaForCausalLM(nn.Module):
                 "$": {"param_mode": "none", "effect_mode": "none"},
             },
         }
+
+
+_ACTIVATIONS = {
+    "silu": op.silu,
+    "gelu_pytorch_tanh": lambda x: op.gelu(x, approximate="tanh"),
+    "gelu": op.gelu,
+}
+
+
+def _in_model_rope_theta(config: LlamaFamilyConfig, layer_id: int) -> float | None:
+    """The RoPE base this layer applies itself, or None when the KV cache applies RoPE (one
+    base for all layers): see rotary.py."""
+    if config.rope_local_theta is None:
+        return None
+    return config.rope_local_theta if config.sliding_layers[layer_id] else config.rope_theta
 
 
 def fused_weight_sources(param_name: str) -> tuple[list[str], int]:

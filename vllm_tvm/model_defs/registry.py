@@ -44,6 +44,10 @@ ARCHITECTURES: dict[str, ModelFamily] = {
     "MistralForCausalLM": _LLAMA_FAMILY,
     "Qwen2ForCausalLM": _LLAMA_FAMILY,
     "Qwen3ForCausalLM": _LLAMA_FAMILY,
+    # Gemma: the same definition with Gemma's options (gemma_options.py).
+    "GemmaForCausalLM": _LLAMA_FAMILY,
+    "Gemma2ForCausalLM": _LLAMA_FAMILY,
+    "Gemma3ForCausalLM": _LLAMA_FAMILY,
 }
 
 

@@ -83,17 +83,21 @@ class ModelRunner:
         self.vocab_size = int(self.config["vocab_size"])
         self.hidden_size = int(self.config["hidden_size"])
         limit = int(self.config["max_position_embeddings"])
-        if self.config.get("sliding_window"):
-            limit = min(limit, int(self.config["sliding_window"]))
+        window = self.config.get("sliding_window")
+        if window and "layer_types" not in self.config:
+            # Artifacts from before per-layer windows attend to everything: capped.
+            limit = min(limit, int(window))
         if max_model_len is not None and max_model_len > limit:
             raise ValueError(
                 f"max_model_len {max_model_len} exceeds the model's context limit {limit}"
             )
         self.max_model_len = max_model_len or limit
+        # A sliding layer windows the cached past but not the chunk being appended (TVM's
+        # paged KV cache), so no chunk may be longer than the window.
         self.kv_config = KVCacheConfig(
             max_batch_size=max_batch_size,
             max_total_seq_len=max_total_seq_len or self.max_model_len * max_batch_size,
-            prefill_chunk_size=min(prefill_chunk_size, self.max_model_len),
+            prefill_chunk_size=min(prefill_chunk_size, self.max_model_len, window or limit),
             page_size=page_size,
         )
         self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
@@ -108,6 +112,11 @@ class ModelRunner:
         self._argmax = self.vm["argmax"] if "argmax" in self.manifest.functions else None
         self._sample = self.vm["sample"] if "sample" in self.manifest.functions else None
         self._tvm = tvm
+
+    @property
+    def has_sliding_window_layers(self) -> bool:
+        """Whether some layer attends to the last `sliding_window` tokens only."""
+        return bool(self.config.get("sliding_window") and self.config.get("layer_types"))
 
     @property
     def can_sample_on_device(self) -> bool:
