@@ -81,13 +81,22 @@ class LlamaFamilyConfig:
         return [kind == SLIDING_ATTENTION for kind in self.layer_types]
 
     @property
+    def kv_cache_layer_kinds(self) -> list[str]:
+        """TVM attention kind of each KV-cache layer: the model's layers, plus one unused
+        full-attention layer when every layer slides (TVM 0.27 allocates its q/k/v staging
+        buffers only when some layer is full attention)."""
+        kinds = ["mha_sliding" if slides else "mha" for slides in self.sliding_layers]
+        return kinds if "mha" in kinds else [*kinds, "mha"]
+
+    @property
     def linear_rope_factor(self) -> float:
         """Positions are divided by this factor (1.0 unless rope_type is `linear`)."""
         return float(self.rope_scaling["factor"]) if self.rope_type == "linear" else 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (stored in the artifact's metadata)."""
-        return asdict(self)
+        """Plain-JSON form (stored in the artifact's metadata), with the KV cache's layer
+        count for the runtime's memory sizing."""
+        return {**asdict(self), "kv_cache_layers": len(self.kv_cache_layer_kinds)}
 
     def fingerprint(self) -> str:
         """sha256 of the canonical JSON form: part of the artifact's cache key."""

@@ -220,16 +220,16 @@ class LlamaForCausalLM(nn.Module):
             {"rope_type": "llama3", **cfg.rope_scaling} if cfg.rope_type == "llama3" else {}
         )
         cache_class = FlashInferPagedKVCache if self.attention == "flashinfer" else TIRPagedKVCache
-        sliding = cfg.sliding_layers
+        kinds = cfg.kv_cache_layer_kinds
         cache = cache_class(
-            attn_kind=["mha_sliding" if slides else "mha" for slides in sliding],
+            attn_kind=kinds,
             max_batch_size=max_batch_size,
             max_total_seq_len=max_total_seq_len,
             prefill_chunk_size=prefill_chunk_size,
             page_size=page_size,
             support_sliding_window=support_sliding_window,
-            layer_partition=rx.ShapeExpr([0, cfg.num_hidden_layers]),
-            num_hidden_layers=cfg.num_hidden_layers,
+            layer_partition=rx.ShapeExpr([0, len(kinds)]),
+            num_hidden_layers=len(kinds),
             num_attention_heads=cfg.num_attention_heads,
             num_key_value_heads=cfg.num_key_value_heads,
             qk_head_dim=cfg.head_dim,

@@ -39,6 +39,21 @@ _LLAMA_FAMILY = ModelFamily(
     weight_sources=llama.fused_weight_sources,
 )
 
+
+def _text_tower_sources(param_name: str) -> tuple[list[str], int]:
+    """Checkpoint names of a multimodal Gemma 3's text tower (`language_model.` + the
+    Llama-family names); the vision tower's tensors are never read."""
+    sources, axis = llama.fused_weight_sources(param_name)
+    return [f"language_model.{source}" for source in sources], axis
+
+
+_GEMMA3_TEXT_TOWER = ModelFamily(
+    name="gemma3-text-tower",
+    parse_config=parse_llama_family_config,
+    build_model=llama.LlamaForCausalLM,
+    weight_sources=_text_tower_sources,
+)
+
 ARCHITECTURES: dict[str, ModelFamily] = {
     "LlamaForCausalLM": _LLAMA_FAMILY,
     "MistralForCausalLM": _LLAMA_FAMILY,
@@ -48,6 +63,8 @@ ARCHITECTURES: dict[str, ModelFamily] = {
     "GemmaForCausalLM": _LLAMA_FAMILY,
     "Gemma2ForCausalLM": _LLAMA_FAMILY,
     "Gemma3ForCausalLM": _LLAMA_FAMILY,
+    # Text in, text out: image input does not exist in the engine.
+    "Gemma3ForConditionalGeneration": _GEMMA3_TEXT_TOWER,
 }
 
 

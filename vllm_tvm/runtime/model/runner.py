@@ -128,7 +128,8 @@ class ModelRunner:
         """Device bytes one token's keys and values take over all layers."""
         config = self.config
         head_dim = int(config.get("head_dim") or self.hidden_size // config["num_attention_heads"])
-        layers, kv_heads = int(config["num_hidden_layers"]), int(config["num_key_value_heads"])
+        layers = int(config.get("kv_cache_layers") or config["num_hidden_layers"])
+        kv_heads = int(config["num_key_value_heads"])
         return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[self.manifest.dtype]
 
     def resize_kv_cache(self, max_total_seq_len: int) -> None:
