@@ -154,7 +154,9 @@ def _refuse_unsupported_features(config: dict[str, Any]) -> None:
         )
 
 
-def _sliding_layer_types(config: dict[str, Any], window: int | None, layers: int) -> tuple:
+def _sliding_layer_types(
+    config: dict[str, Any], window: int | None, layers: int
+) -> tuple[str, ...]:
     """Per-layer attention kinds of a windowed Mistral/Qwen2 (HF's `layer_types`, else every
     layer slides); empty when no layer does."""
     if not window:
