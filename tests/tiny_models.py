@@ -192,6 +192,38 @@ TINY_MODELS = {
             "OPTConfig",
             {"ffn_dim": 128, "word_embed_proj_dim": 64, "tie_word_embeddings": False},
         ),
+        # Gemma: windows shorter than prompt + 40 new tokens, a final soft-cap that bites on
+        # these weights (attention soft-capping is refused), GQA, tied (Gemma 1/3) and
+        # untied (Gemma 2) heads.
+        TinyModelSpec("gemma", "GemmaConfig", {"head_dim": 16}),
+        TinyModelSpec(
+            "gemma2_window_softcap",
+            "Gemma2Config",
+            {
+                "head_dim": 16,
+                "num_hidden_layers": 3,
+                "sliding_window": 24,
+                "query_pre_attn_scalar": 24,
+                "attn_logit_softcapping": None,
+                "final_logit_softcapping": 3.0,
+                "tie_word_embeddings": False,
+            },
+        ),
+        TinyModelSpec(
+            "gemma3_local_rope",
+            "Gemma3TextConfig",
+            {
+                "head_dim": 16,
+                "num_hidden_layers": 4,
+                "sliding_window": 24,
+                "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+                "query_pre_attn_scalar": 16,
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                },
+            },
+        ),
     ]
 }
 

@@ -12,6 +12,7 @@ gguf_rope_scaling.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gguf import GGMLQuantizationType
@@ -20,6 +21,7 @@ from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import MISSING, GGUFSource, metadata_field, open_gguf
 from vllm_tvm.checkpoints.gguf_rope_scaling import rope_scaling_config
 from vllm_tvm.checkpoints.gguf_tensor_names import (
+    GEMMA_ARCHITECTURES,
     ROPE_FREQS_TENSOR,
     SUPPORTED_ARCHITECTURES,
     architecture_of,
@@ -33,6 +35,7 @@ SUPPORTED_QUANT_TYPES: tuple[GGMLQuantizationType, ...] = (
     GGMLQuantizationType.Q8_0,
     GGMLQuantizationType.Q4_0,
     GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q5_0,
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,
@@ -134,6 +137,8 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
         "attention_bias": "blk.0.attn_q.bias" in tensors,
         "torch_dtype": _torch_dtype(reader),
     }
+    if arch in GEMMA_ARCHITECTURES:
+        config.update(_gemma_config(key))
     rope_scaling = rope_scaling_config(reader, arch, head_dim, rope_theta)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling
@@ -143,6 +148,22 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
         ("tokenizer.ggml.padding_token_id", "pad_token_id"),
     ):
         value = metadata_field(reader, gguf_key, None)
+        if value is not None:
+            config[hf_key] = value
+    return config
+
+
+def _gemma_config(key: Callable[[str, Any], Any]) -> dict[str, Any]:
+    """The Gemma keys llama.cpp writes; what it leaves out (the sliding-layer RoPE base, the
+    layer pattern, `query_pre_attn_scalar`) keeps transformers' Gemma defaults, as
+    transformers' own GGUF loader does."""
+    config: dict[str, Any] = {"hidden_act": "gelu_pytorch_tanh"}
+    for gguf_key, hf_key in (
+        ("attention.sliding_window", "sliding_window"),
+        ("attn_logit_softcapping", "attn_logit_softcapping"),
+        ("final_logit_softcapping", "final_logit_softcapping"),
+    ):
+        value = key(gguf_key, None)
         if value is not None:
             config[hf_key] = value
     return config

@@ -15,7 +15,14 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
 }
+
+GEMMA_ARCHITECTURES = ("gemma", "gemma2", "gemma3")
+"""llama.cpp's converter stores these architectures' RMSNorm weights as HF's w + 1 (the
+factor the norm multiplies by); the HF names carry w (gguf_weights.py subtracts 1)."""
 
 # The tensor that llama.cpp's converter writes for Llama 3.x "llama3" rope scaling: one
 # divisor per rotary frequency. It is folded into ``rope_scaling`` and is not a model weight.
@@ -54,6 +61,19 @@ _ARCH_BLOCK_TENSORS: dict[str, dict[str, str]] = {
         "attn_q_norm.weight": "self_attn.q_norm.weight",
         "attn_k_norm.weight": "self_attn.k_norm.weight",
     },
+    "gemma": _BLOCK_TENSORS,
+}
+# Gemma 2/3 norm the attention and MLP outputs too; `ffn_norm` is then the MLP's input norm.
+_ARCH_BLOCK_TENSORS["gemma2"] = {
+    **_BLOCK_TENSORS,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+_ARCH_BLOCK_TENSORS["gemma3"] = {
+    **_ARCH_BLOCK_TENSORS["gemma2"],
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
 }
 
 

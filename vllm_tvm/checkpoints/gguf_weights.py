@@ -7,7 +7,8 @@ them under llama.cpp names, in ggml's reversed shape order, block-quantized, and
 interleaved rotary embedding. This class hides all of that: it maps names, dequantizes one
 tensor at a time on demand with the ``gguf`` package (straight from the file's memory map,
 never copying the file) and puts Q/K rows back in HF order. ``raw`` exposes the still
-quantized blocks (rows in HF order too) for kernels that dequantize on the fly.
+quantized blocks (rows in HF order too) for kernels that dequantize on the fly. Gemma's
+norm weights come back as HF stores them (llama.cpp adds 1 to them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
 from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
+    GEMMA_ARCHITECTURES,
     ROPE_FREQS_TENSOR,
     architecture_of,
     hf_tensor_name,
@@ -61,6 +63,7 @@ class GGUFWeights:
         self._tensors: dict[str, GGUFTensor] = {
             hf_tensor_name(t.name, arch): t for t in reader.tensors if t.name != ROPE_FREQS_TENSOR
         }
+        self._norm_offset = 1.0 if arch in GEMMA_ARCHITECTURES else 0.0
         self._heads: dict[str, int] = {}
         if arch == "llama":
             self._heads = {
@@ -87,6 +90,8 @@ class GGUFWeights:
         order = self._hf_row_order(name)
         if order is not None:
             values = values[order]
+        if self._norm_offset and name.endswith("norm.weight"):
+            values = values - np.float32(self._norm_offset)
         return np.array(values, dtype=dtype)
 
     def raw(self, name: str) -> RawTensor:

@@ -150,6 +150,7 @@ def build_library(exported: ExportedModel, request: CompileRequest) -> BuiltLibr
         vocab_size=exported.manifest.model_config["vocab_size"],
         gemm=request.gemm,
         metadata=library_metadata(exported.manifest),
+        sliding_window=exported.manifest.model_config.get("sliding_window") is not None,
     )
     mod = rewrite_pipeline(target, contents)(exported.mod)
     extensions = [EXTENSION_NAME] if calls_cublaslt(mod) else []

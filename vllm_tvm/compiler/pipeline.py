@@ -20,6 +20,7 @@ from vllm_tvm.compiler.backends import GEMM_CUBLASLT
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_pass
 from vllm_tvm.compiler.library_metadata import AttachMetadata
 from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
+from vllm_tvm.compiler.sliding_window_kernel import repair_sliding_window_prefill
 from vllm_tvm.schedules.cpu_attention import ReplaceCPURaggedPrefill
 from vllm_tvm.schedules.rules import schedule_passes
 
@@ -34,10 +35,17 @@ class LibraryContents:
     """`cublaslt`: run-time-row-count float matmuls call the extension; `tir`: none do."""
     metadata: str
     """The JSON `_metadata()` returns (library_metadata.py)."""
+    sliding_window: bool = False
+    """Some layer attends through a sliding window (its CPU prefill kernel is repaired)."""
 
 
 def _is_gpu(target: tvm.target.Target) -> bool:
     return target.kind.name != "llvm"
+
+
+@tvm.transform.module_pass(opt_level=0, name="RepairSlidingWindowPrefill")
+def _repair_sliding_window_pass(mod: tvm.IRModule, _context: object) -> tvm.IRModule:
+    return repair_sliding_window_prefill(mod)
 
 
 def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tvm.transform.Pass:
@@ -53,6 +61,9 @@ def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tv
         *([dispatch_gemms_pass] if contents.gemm == GEMM_CUBLASLT else []),
         # The library describes itself without its manifest.
         AttachMetadata(contents.metadata),
+        # TVM 0.27's CPU sliding-window prefill kernel reads its softmax maximum before
+        # writing it when a row's first cached key is outside the window (NaN rows).
+        *([_repair_sliding_window_pass] if contents.sliding_window and not _is_gpu(target) else []),
     ]
     return tvm.transform.Sequential(passes, name="vllm_tvm_rewrites")
 

@@ -4,7 +4,8 @@ Why: the functions the runtime calls (`prefill`, `decode`, `decode_single`,
 `create_kv_cache`; docs/ARCHITECTURE.md) and their signatures do not depend on the family.
 A model definition (llama.py, learned_positions.py) subclasses `PagedCausalLM` and supplies
 its body `model(hidden, kv_cache)`, `embed`, `logits` and the KV cache's RoPE arguments
-(`cache_rope`); the paged KV cache itself is built here from the config's head shape.
+(`cache_rope`), and may set its layers' attention kinds (`cache_layers`: sliding windows);
+the paged KV cache itself is built here from the config's head shape.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ class PagedCausalLM(nn.Module):
         """`rope_mode`, `rope_scale`, `rope_theta`, `rope_scaling`, `rotary_dim` of the cache."""
         raise NotImplementedError
 
+    def cache_layers(self) -> dict[str, Any]:
+        """`attn_kind` (one TVM attention kind per KV-cache layer) and optionally
+        `layer_sliding_window_size` of the cache: by default every layer attends to all."""
+        return {"attn_kind": ["mha"] * self.config.num_hidden_layers}
+
     def prefill(
         self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
     ) -> tuple[Tensor, PagedKVCache]:
@@ -90,15 +96,17 @@ class PagedCausalLM(nn.Module):
         """The paged KV cache object, sized at run time."""
         cfg: HeadShape = self.config
         cache_class = FlashInferPagedKVCache if self.attention == "flashinfer" else TIRPagedKVCache
+        layers = self.cache_layers()
+        num_layers = len(layers["attn_kind"])
         cache = cache_class(
-            attn_kind="mha",
+            **layers,
             max_batch_size=max_batch_size,
             max_total_seq_len=max_total_seq_len,
             prefill_chunk_size=prefill_chunk_size,
             page_size=page_size,
             support_sliding_window=support_sliding_window,
-            layer_partition=rx.ShapeExpr([0, cfg.num_hidden_layers]),
-            num_hidden_layers=cfg.num_hidden_layers,
+            layer_partition=rx.ShapeExpr([0, num_layers]),
+            num_hidden_layers=num_layers,
             num_attention_heads=cfg.num_attention_heads,
             num_key_value_heads=cfg.num_key_value_heads,
             qk_head_dim=cfg.head_dim,

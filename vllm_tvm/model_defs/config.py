@@ -4,19 +4,27 @@ Why: HF configs of the supported families spell the same facts differently (tran
 4 writes `rope_theta` + `rope_scaling`, transformers 5 writes `rope_parameters`; Qwen2 has
 q/k/v bias without saying so; Qwen3 has per-head q/k RMSNorm; OLMo-2 norms sublayer outputs
 and whole q/k projections; Granite scales embeddings, residuals, attention and logits; Phi-3
-rotates part of each head). RoPE settings are read by rope_scaling.py. Everything downstream (the nn
-model, the compiler, the runtime) reads this dataclass instead, and anything the model
-definition cannot reproduce exactly is refused here, by name, before a compile starts.
+rotates part of each head; Gemma's differences are read by gemma_options.py). RoPE settings
+are read by rope_scaling.py. Everything downstream (the nn model, the compiler, the runtime)
+reads this dataclass instead, and anything the model definition cannot reproduce exactly is
+refused here, by name, before a compile starts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from vllm_tvm.model_defs.rope_scaling import partial_rotary_factor, rope_settings
+from vllm_tvm.model_defs.rope_scaling import (
+    LAYER_ROPE_TYPES,
+    partial_rotary_factor,
+    rope_settings,
+)
+
+SLIDING_ATTENTION = "sliding_attention"
+FULL_ATTENTION = "full_attention"
 
 
 class ModelConfigError(ValueError):
@@ -38,7 +46,8 @@ class ConfigRecord:
 
 @dataclass(frozen=True)
 class LlamaFamilyConfig(ConfigRecord):
-    """Shape and numerics of a Llama, Mistral, Qwen2/3, Phi-3, OLMo-2 or Granite decoder."""
+    """Shape and numerics of a Llama, Mistral, Qwen2/3, Phi-3, OLMo-2, Granite or Gemma 1/2/3
+    decoder."""
 
     architecture: str
     vocab_size: int
@@ -64,14 +73,46 @@ class LlamaFamilyConfig(ConfigRecord):
     """`pre`: RMSNorm before each sublayer (Llama); `post`: on each sublayer's output (OLMo-2)."""
     qk_norm_scope: str = "head"
     """q/k RMSNorm per head (Qwen3) or over the whole q / k projection (OLMo-2)."""
-    embedding_multiplier: float = 1.0
-    """Granite: embeddings are multiplied by this."""
     residual_multiplier: float = 1.0
     """Granite: each sublayer's output is multiplied by this before the residual add."""
     attention_multiplier: float | None = None
     """Granite: the softmax scale (None: 1 / sqrt(head_dim))."""
     logits_scaling: float = 1.0
     """Granite: logits are divided by this."""
+    # Gemma's options (defaults: Llama's numerics); see gemma_options.py.
+    hidden_act: str = "silu"
+    norm_weight_offset: float = 0.0
+    """Every RMSNorm multiplies by `offset + w` (Gemma stores w - 1: offset 1.0)."""
+    embedding_scale: float = 1.0
+    """Token embeddings are multiplied by this (Gemma: sqrt(hidden_size); Granite's
+    embedding_multiplier)."""
+    sandwich_norms: bool = False
+    """Norms after attention and MLP too (Gemma 2/3's post-attention / pre- and
+    post-feedforward norms)."""
+    query_pre_attn_scalar: float | None = None
+    """Gemma: attention logits are scaled by this ** -0.5 instead of head_dim ** -0.5."""
+    final_logit_softcapping: float | None = None
+    """Logits become cap * tanh(logits / cap)."""
+    layer_types: tuple[str, ...] = ()
+    """Per layer `full_attention` or `sliding_attention` (`sliding_window` tokens); empty:
+    every layer attends to the whole context."""
+    rope_local_theta: float | None = None
+    """RoPE base of the sliding layers when it differs from `rope_theta` (Gemma 3)."""
+
+    @property
+    def sliding_layers(self) -> list[bool]:
+        """Whether each layer attends to the last `sliding_window` tokens only."""
+        if not self.layer_types or self.sliding_window is None:
+            return [False] * self.num_hidden_layers
+        return [kind == SLIDING_ATTENTION for kind in self.layer_types]
+
+    @property
+    def kv_cache_layer_kinds(self) -> list[str]:
+        """TVM attention kind of each KV-cache layer: the model's layers, plus one unused
+        full-attention layer when every layer slides (TVM 0.27 allocates its q/k/v staging
+        buffers only when some layer is full attention)."""
+        kinds = ["mha_sliding" if slides else "mha" for slides in self.sliding_layers]
+        return kinds if "mha" in kinds else [*kinds, "mha"]
 
     @property
     def rotary_dim(self) -> int:
@@ -83,7 +124,12 @@ class LlamaFamilyConfig(ConfigRecord):
         """The softmax scale of q . k."""
         if self.attention_multiplier is not None:
             return self.attention_multiplier
-        return self.head_dim**-0.5
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (stored in the artifact's metadata), with the KV cache's layer
+        count for the runtime's memory sizing."""
+        return {**super().to_dict(), "kv_cache_layers": len(self.kv_cache_layer_kinds)}
 
 
 def require_key(config: dict[str, Any], key: str) -> Any:
@@ -96,10 +142,16 @@ def require_key(config: dict[str, Any], key: str) -> Any:
     return config[key]
 
 
+SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh", "gelu")
+"""HF `hidden_act` names of the gated MLP's activation (`gelu` is the exact, erf form)."""
+
+
 def _refuse_unsupported_features(config: dict[str, Any]) -> None:
-    act = config.get("hidden_act", "silu")
-    if act != "silu":
-        raise ModelConfigError(f"unsupported hidden_act '{act}'; supported: silu")
+    act = config.get("hidden_activation") or config.get("hidden_act", "silu")
+    if act not in SUPPORTED_ACTIVATIONS:
+        raise ModelConfigError(
+            f"unsupported hidden_act '{act}'; supported: " + ", ".join(SUPPORTED_ACTIVATIONS)
+        )
     if config.get("pretraining_tp", 1) not in (1, None):
         raise ModelConfigError(
             f"unsupported pretraining_tp {config['pretraining_tp']}; supported: 1"
@@ -111,19 +163,50 @@ def _granite_multipliers(config: dict[str, Any]) -> dict[str, Any]:
     if config["architectures"][0] != "GraniteForCausalLM":
         return {}
     return {
-        "embedding_multiplier": float(config.get("embedding_multiplier", 1.0)),
+        "embedding_scale": float(config.get("embedding_multiplier", 1.0)),
         "residual_multiplier": float(config.get("residual_multiplier", 1.0)),
         "attention_multiplier": float(config.get("attention_multiplier", 1.0)),
         "logits_scaling": float(config.get("logits_scaling", 1.0)),
     }
 
 
+def _sliding_layer_types(
+    config: dict[str, Any], window: int | None, layers: int
+) -> tuple[str, ...]:
+    """Per-layer attention kinds of a windowed Mistral/Qwen2 (HF's `layer_types`, else every
+    layer slides); empty when no layer does."""
+    if not window:
+        return ()
+    kinds = tuple(config.get("layer_types") or (SLIDING_ATTENTION,) * layers)
+    return kinds if SLIDING_ATTENTION in kinds else ()
+
+
+def _check_layer_types(parsed: LlamaFamilyConfig) -> LlamaFamilyConfig:
+    kinds = parsed.layer_types
+    if not kinds:
+        return parsed
+    unknown = sorted(set(kinds) - {FULL_ATTENTION, SLIDING_ATTENTION})
+    if unknown or len(kinds) != parsed.num_hidden_layers:
+        raise ModelConfigError(
+            f"unsupported layer_types {list(kinds)}; supported: one of {FULL_ATTENTION}, "
+            f"{SLIDING_ATTENTION} per layer ({parsed.num_hidden_layers} layers)"
+        )
+    return parsed
+
+
 def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
     """Validate an HF config dict of a llama-family architecture and normalise it."""
+    from vllm_tvm.model_defs import gemma_options
+
+    config = gemma_options.text_config_of(config)
     architecture = require_key(config, "architectures")[0]
     _refuse_unsupported_features(config)
+    local_theta = None
+    if gemma_options.is_gemma(architecture):
+        config, local_theta = gemma_options.split_rope_parameters(config)
     hidden = int(require_key(config, "hidden_size"))
     heads = int(require_key(config, "num_attention_heads"))
+    layers = int(require_key(config, "num_hidden_layers"))
     head_dim = int(config.get("head_dim") or hidden // heads)
     rotary_factor = partial_rotary_factor(config)
     theta, rope_type, rope_scaling, context = rope_settings(config, int(head_dim * rotary_factor))
@@ -134,12 +217,13 @@ def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
     sliding = config.get("sliding_window")
     if architecture.startswith("Qwen") and not config.get("use_sliding_window", False):
         sliding = None
-    return LlamaFamilyConfig(
+    layer_types = _sliding_layer_types(config, sliding, layers)
+    parsed = LlamaFamilyConfig(
         architecture=architecture,
         vocab_size=int(require_key(config, "vocab_size")),
         hidden_size=hidden,
         intermediate_size=int(require_key(config, "intermediate_size")),
-        num_hidden_layers=int(require_key(config, "num_hidden_layers")),
+        num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=int(config.get("num_key_value_heads") or heads),
         head_dim=head_dim,
@@ -153,9 +237,20 @@ def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
         o_proj_bias=False if is_qwen2 else attention_bias,
         mlp_bias=bool(config.get("mlp_bias", False)),
         qk_norm=is_qwen3 or is_olmo2,
-        sliding_window=int(sliding) if sliding else None,
+        sliding_window=int(sliding) if layer_types else None,
+        layer_types=layer_types,
+        hidden_act=config.get("hidden_act", "silu"),
         partial_rotary_factor=rotary_factor,
         norm_position="post" if is_olmo2 else "pre",
         qk_norm_scope="projection" if is_olmo2 else "head",
         **_granite_multipliers(config),
     )
+    if gemma_options.is_gemma(architecture):
+        options = gemma_options.gemma_options(config, architecture, theta, local_theta)
+        parsed = replace(parsed, **options)
+    if parsed.rope_local_theta is not None and rope_type == "llama3":
+        raise ModelConfigError(
+            "unsupported rope_scaling type 'llama3' with a sliding-layer RoPE base; supported "
+            "there: " + ", ".join(LAYER_ROPE_TYPES)
+        )
+    return _check_layer_types(parsed)

@@ -16,6 +16,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
 if TYPE_CHECKING:
+    from vllm_tvm.model_defs.config import LlamaFamilyConfig
     from vllm_tvm.model_defs.quant_linear import QuantWeight
 
 ACCUMULATION_DTYPE = "float32"
@@ -61,3 +62,22 @@ class NTLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         y = nt_matmul(x, self.weight)
         return y + self.bias if self.bias is not None else y
+
+
+class OffsetRMSNorm(nn.Module):
+    """RMSNorm that multiplies by `offset + weight` (Gemma checkpoints store w - 1)."""
+
+    def __init__(self, size: int, eps: float, offset: float, dtype: str) -> None:
+        self.weight = nn.Parameter((size,), dtype)
+        self.eps = eps
+        self.offset = offset
+
+    def forward(self, x: Tensor) -> Tensor:
+        return op.rms_norm(x, self.weight + self.offset, axes=-1, epsilon=self.eps)
+
+
+def make_rms_norm(config: LlamaFamilyConfig, size: int, dtype: str) -> nn.Module:
+    """The model's RMSNorm over the last axis of `size` (with Gemma's weight offset)."""
+    if config.norm_weight_offset:
+        return OffsetRMSNorm(size, config.rms_norm_eps, config.norm_weight_offset, dtype)
+    return nn.RMSNorm(size, -1, config.rms_norm_eps, bias=False, dtype=dtype)

@@ -1,14 +1,17 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3, OLMo-2, Granite) in `relax.nn`.
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3, OLMo-2, Granite, Gemma 1/2/3)
+in `relax.nn`.
 
 One definition covers these families because they differ only in switches that
-`LlamaFamilyConfig` carries (GQA, q/k/v bias, q/k RMSNorm per head or per projection, pre or
-post sublayer norms, Granite's multipliers, tied embeddings, RoPE scaling, partial rotary).
-Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or `FlashInferPagedKVCache`
-with FlashInfer's kernels: compiler/attention.py), which applies RoPE to q/k itself (but
-for yarn and longrope, which the model applies: rotary.py); the exported functions follow
-the compiled contract in docs/ARCHITECTURE.md: `embed`, `prefill` (ragged batch), `decode`
-(batch), `create_kv_cache` (the compiler adds the device sampling functions `argmax` /
-`sample`: compiler/sampling_functions.py).
+`LlamaFamilyConfig` carries (GQA, q/k/v bias, q/k RMSNorm per head or per projection, pre,
+post or sandwich sublayer norms, Granite's multipliers, tied embeddings, RoPE scaling,
+partial rotary; Gemma's (1 + w) norms, scaled embeddings, GELU, soft-capped final logits,
+per-layer sliding windows and sliding-layer RoPE base: gemma_options.py). Attention runs
+through TVM's paged KV cache (`TIRPagedKVCache`, or `FlashInferPagedKVCache` with
+FlashInfer's kernels: compiler/attention.py), which applies RoPE to q/k itself (but for
+yarn, longrope and per-layer RoPE bases, which the model applies: rotary.py); the exported
+functions follow the compiled contract in docs/ARCHITECTURE.md: `embed`, `prefill` (ragged
+batch), `decode` (batch), `create_kv_cache` (the compiler adds the device sampling functions
+`argmax` / `sample`: compiler/sampling_functions.py).
 
 Weights: q/k/v and gate/up are fused into one matrix each so a decode step runs one GEMV
 instead of three (two). `fused_weight_sources()` tells the loader which checkpoint tensors
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import (
@@ -31,11 +35,12 @@ from tvm.target import Target
 
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.config import LlamaFamilyConfig
-from vllm_tvm.model_defs.layers import NTLinear, nt_matmul
+from vllm_tvm.model_defs.layers import NTLinear, make_rms_norm, nt_matmul
 from vllm_tvm.model_defs.rope_scaling import (
     MODEL_APPLIED_ROPE_TYPES,
     kv_cache_rope,
     model_applied_rope,
+    rope_frequencies,
 )
 from vllm_tvm.model_defs.rotary import apply_rotary
 
@@ -48,7 +53,7 @@ FUSED_PROJECTIONS = {
 class LlamaAttention(nn.Module):
     """Self-attention with fused qkv projection over the paged KV cache."""
 
-    def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
+    def __init__(self, config: LlamaFamilyConfig, dtype: str, layer_id: int) -> None:
         self.num_q_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -60,9 +65,7 @@ class LlamaAttention(nn.Module):
             self.num_q_heads * self.head_dim, config.hidden_size, config.o_proj_bias, dtype
         )
         self.sm_scale = config.attention_scale
-        self.model_rope = model_applied_rope(
-            config.rope_type, config.rope_scaling, config.rope_theta, config.rotary_dim
-        )
+        self.model_rope = _layer_rope(config, layer_id)
         self.qk_norm_scope = config.qk_norm_scope
         self.q_norm = None
         self.k_norm = None
@@ -70,9 +73,8 @@ class LlamaAttention(nn.Module):
             per_projection = config.qk_norm_scope == "projection"
             q_size = self.num_q_heads * self.head_dim if per_projection else self.head_dim
             k_size = self.num_kv_heads * self.head_dim if per_projection else self.head_dim
-            eps = config.rms_norm_eps
-            self.q_norm = nn.RMSNorm(q_size, -1, eps, bias=False, dtype=dtype)
-            self.k_norm = nn.RMSNorm(k_size, -1, eps, bias=False, dtype=dtype)
+            self.q_norm = make_rms_norm(config, q_size, dtype)
+            self.k_norm = make_rms_norm(config, k_size, dtype)
 
     def _normed_qkv(self, qkv: Tensor) -> Tensor:
         """q and k through their RMSNorms, per head or over the whole projection."""
@@ -105,13 +107,14 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    """SwiGLU feed-forward with fused gate/up projection."""
+    """Gated feed-forward (SwiGLU, or GELU-gated for Gemma) with fused gate/up projection."""
 
     def __init__(
         self, config: LlamaFamilyConfig, dtype: str, intermediate_size: int | None = None
     ) -> None:
         """`intermediate_size` overrides the config's (an expert model's shared expert)."""
         self.intermediate_size = intermediate_size or config.intermediate_size
+        self.activation = _ACTIVATIONS[config.hidden_act]
         self.gate_up_proj = NTLinear(
             config.hidden_size, 2 * self.intermediate_size, config.mlp_bias, dtype
         )
@@ -121,26 +124,32 @@ class LlamaMLP(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         gate, up = op.split(self.gate_up_proj(hidden), 2, axis=-1)
-        return self.down_proj(op.silu(gate) * up)
+        return self.down_proj(self.activation(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
-    """Attention + MLP block with residuals; RMSNorms before the sublayers (`pre`, HF names
-    input_layernorm / post_attention_layernorm) or on their outputs (`post`, OLMo-2's
-    post_attention_layernorm / post_feedforward_layernorm)."""
+    """Attention + MLP block with residuals, RMSNorms placed by `norm_position`:
 
-    def __init__(self, config: LlamaFamilyConfig, dtype: str) -> None:
-        eps = config.rms_norm_eps
+    - `pre` (Llama): before each sublayer, HF names input_layernorm / post_attention_layernorm;
+    - `post` (OLMo-2): on each sublayer's output, post_attention_layernorm /
+      post_feedforward_layernorm;
+    - with `sandwich_norms` (Gemma 2/3) both: input_layernorm and pre_feedforward_layernorm
+      before, post_attention_layernorm and post_feedforward_layernorm after the sublayers.
+    """
+
+    def __init__(self, config: LlamaFamilyConfig, dtype: str, layer_id: int) -> None:
         size = config.hidden_size
-        self.post_norms = config.norm_position == "post"
+        self.pre_norms = config.norm_position == "pre"
+        self.post_norms = config.norm_position == "post" or config.sandwich_norms
         self.residual_multiplier = config.residual_multiplier
-        self.input_layernorm = (
-            None if self.post_norms else nn.RMSNorm(size, -1, eps, bias=False, dtype=dtype)
+        self.input_layernorm = make_rms_norm(config, size, dtype) if self.pre_norms else None
+        self.self_attn = LlamaAttention(config, dtype, layer_id)
+        self.post_attention_layernorm = make_rms_norm(config, size, dtype)
+        self.pre_feedforward_layernorm = (
+            make_rms_norm(config, size, dtype) if config.sandwich_norms else None
         )
-        self.self_attn = LlamaAttention(config, dtype)
-        self.post_attention_layernorm = nn.RMSNorm(size, -1, eps, bias=False, dtype=dtype)
         self.post_feedforward_layernorm = (
-            nn.RMSNorm(size, -1, eps, bias=False, dtype=dtype) if self.post_norms else None
+            make_rms_norm(config, size, dtype) if self.post_norms else None
         )
         self.mlp = LlamaMLP(config, dtype)
 
@@ -150,13 +159,17 @@ class LlamaDecoderLayer(nn.Module):
         return hidden + update
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache, layer_id: int) -> Tensor:
-        if self.post_norms:
-            attn = self.post_attention_layernorm(self.self_attn(hidden, kv_cache, layer_id))
+        normed = self.input_layernorm(hidden) if self.input_layernorm is not None else hidden
+        attn = self.self_attn(normed, kv_cache, layer_id)
+        if not self.post_norms:
             hidden = self._residual(hidden, attn)
-            return self._residual(hidden, self.post_feedforward_layernorm(self.mlp(hidden)))
-        attn = self.self_attn(self.input_layernorm(hidden), kv_cache, layer_id)
-        hidden = self._residual(hidden, attn)
-        return self._residual(hidden, self.mlp(self.post_attention_layernorm(hidden)))
+            return self._residual(hidden, self.mlp(self.post_attention_layernorm(hidden)))
+        hidden = self._residual(hidden, self.post_attention_layernorm(attn))
+        if self.pre_feedforward_layernorm is not None:
+            normed = self.pre_feedforward_layernorm(hidden)
+        else:
+            normed = hidden
+        return self._residual(hidden, self.post_feedforward_layernorm(self.mlp(normed)))
 
 
 class LlamaModel(nn.Module):
@@ -170,9 +183,9 @@ class LlamaModel(nn.Module):
     ) -> None:
         """`make_layer(layer_id)` builds each decoder layer (default: `LlamaDecoderLayer`)."""
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
-        make_layer = make_layer or (lambda _: LlamaDecoderLayer(config, dtype))
+        make_layer = make_layer or (lambda i: LlamaDecoderLayer(config, dtype, i))
         self.layers = nn.ModuleList([make_layer(i) for i in range(config.num_hidden_layers)])
-        self.norm = nn.RMSNorm(config.hidden_size, -1, config.rms_norm_eps, bias=False, dtype=dtype)
+        self.norm = make_rms_norm(config, config.hidden_size, dtype)
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache) -> Tensor:
         for layer_id, layer in enumerate(self.layers):
@@ -197,28 +210,31 @@ class LlamaForCausalLM(PagedCausalLM):
 
     def _make_layer(self, layer_id: int) -> nn.Module:
         """Decoder layer `layer_id`; definitions built on this one replace some layers."""
-        return LlamaDecoderLayer(self.config, self.dtype)
+        return LlamaDecoderLayer(self.config, self.dtype, layer_id)
 
     def logits(self, hidden: Tensor) -> Tensor:
-        """fp32 logits of final hidden states (divided by Granite's logits scaling)."""
+        """fp32 logits of final hidden states (divided by Granite's logits scaling, soft-capped
+        by Gemma's final cap)."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         logits = nt_matmul(hidden, weight, out_dtype="float32")
         if self.config.logits_scaling != 1.0:
             logits = logits / self.config.logits_scaling
-        return logits
+        cap = self.config.final_logit_softcapping
+        return logits if cap is None else op.tanh(logits / cap) * cap
 
     def embed(self, input_ids: Tensor) -> Tensor:
-        """Token ids [n] -> embeddings [n, hidden] (times Granite's embedding multiplier)."""
+        """Token ids [n] -> embeddings [n, hidden] (times `embedding_scale`)."""
         embeddings = self.model.embed_tokens(input_ids)
-        if self.config.embedding_multiplier != 1.0:
-            embeddings = embeddings * self.config.embedding_multiplier
-        return embeddings
+        scale = self.config.embedding_scale
+        return embeddings if scale == 1.0 else embeddings * scale
 
     def cache_rope(self) -> dict[str, Any]:
         """RoPE arguments of the paged KV cache (it rotates q/k unless the model does)."""
         cfg = self.config
         rope_scale, rope_scaling = kv_cache_rope(cfg.rope_type, cfg.rope_scaling)
-        model_rotates = cfg.rope_type in MODEL_APPLIED_ROPE_TYPES
+        model_rotates = (
+            cfg.rope_type in MODEL_APPLIED_ROPE_TYPES or cfg.rope_local_theta is not None
+        )
         return {
             "rope_mode": RopeMode.NONE if model_rotates else RopeMode.NORMAL,
             "rope_scale": rope_scale,
@@ -226,6 +242,36 @@ class LlamaForCausalLM(PagedCausalLM):
             "rope_scaling": rope_scaling,
             "rotary_dim": cfg.rotary_dim,
         }
+
+    def cache_layers(self) -> dict[str, Any]:
+        """Per-layer attention kinds of the cache (sliding layers: `mha_sliding`) and their
+        window (TVM wants a positive size even when no layer slides; then it is unused)."""
+        cfg = self.config
+        return {
+            "attn_kind": cfg.kv_cache_layer_kinds,
+            "layer_sliding_window_size": cfg.sliding_window or cfg.max_position_embeddings,
+        }
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "silu": op.silu,
+    "gelu_pytorch_tanh": lambda x: op.gelu(x, approximate="tanh"),
+    "gelu": op.gelu,
+}
+
+
+def _layer_rope(config: LlamaFamilyConfig, layer_id: int) -> tuple[np.ndarray, float] | None:
+    """(inverse frequencies, cos/sin factor) when layer `layer_id` rotates q/k itself, else
+    None (the KV cache rotates): with a sliding-layer RoPE base every layer rotates itself."""
+    if config.rope_local_theta is None:
+        return model_applied_rope(
+            config.rope_type, config.rope_scaling, config.rope_theta, config.rotary_dim
+        )
+    if config.sliding_layers[layer_id]:
+        return rope_frequencies("default", {}, config.rope_local_theta, config.rotary_dim)
+    return rope_frequencies(
+        config.rope_type, config.rope_scaling, config.rope_theta, config.rotary_dim
+    )
 
 
 def fused_weight_sources(param_name: str) -> tuple[list[str], int]:

@@ -153,10 +153,10 @@ class SparseMoE(nn.Module):
 class MoEDecoderLayer(nn.Module):
     """Pre-norm attention + expert block with residuals (the block keeps its HF name)."""
 
-    def __init__(self, config: MoEConfig, dtype: str) -> None:
+    def __init__(self, config: MoEConfig, dtype: str, layer_id: int) -> None:
         eps = config.rms_norm_eps
         self.input_layernorm = nn.RMSNorm(config.hidden_size, -1, eps, bias=False, dtype=dtype)
-        self.self_attn = LlamaAttention(config, dtype)
+        self.self_attn = LlamaAttention(config, dtype, layer_id)
         self.post_attention_layernorm = nn.RMSNorm(
             config.hidden_size, -1, eps, bias=False, dtype=dtype
         )
@@ -184,8 +184,8 @@ class MoEForCausalLM(LlamaForCausalLM):
 
     def _make_layer(self, layer_id: int) -> nn.Module:
         if layer_id in self.config.sparse_layers:
-            return MoEDecoderLayer(self.config, self.dtype)
-        return LlamaDecoderLayer(self.config, self.dtype)
+            return MoEDecoderLayer(self.config, self.dtype, layer_id)
+        return LlamaDecoderLayer(self.config, self.dtype, layer_id)
 
 
 def moe_weight_sources(config: MoEConfig, param_name: str) -> tuple[list[str], int]:

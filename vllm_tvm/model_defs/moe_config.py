@@ -75,6 +75,11 @@ def parse_moe_config(config: dict[str, Any]) -> MoEConfig:
     if architecture not in MOE_ARCHITECTURES:
         raise ModelConfigError(f"{architecture} is not a supported mixture-of-experts model")
     base = asdict(parse_llama_family_config(config))
+    if base["hidden_act"] != "silu":
+        # The stacked expert kernels gate with SiLU (moe.py).
+        raise ModelConfigError(
+            f"unsupported hidden_act '{base['hidden_act']}' for {architecture}; supported: silu"
+        )
     base["qkv_bias"] = (
         bool(config.get("qkv_bias", True))
         if architecture == QWEN2_MOE

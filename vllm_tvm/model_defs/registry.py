@@ -96,6 +96,21 @@ _GPT2_FAMILY = ModelFamily(
     weight_sources=learned_positions.gpt2_weight_sources,
 )
 
+
+def _text_tower_sources(param_name: str) -> tuple[list[str], int]:
+    """Checkpoint names of a multimodal Gemma 3's text tower (`language_model.` + the
+    Llama-family names); the vision tower's tensors are never read."""
+    sources, axis = llama.fused_weight_sources(param_name)
+    return [f"language_model.{source}" for source in sources], axis
+
+
+_GEMMA3_TEXT_TOWER = ModelFamily(
+    name="gemma3-text-tower",
+    parse_config=parse_llama_family_config,
+    build_model=llama.LlamaForCausalLM,
+    weight_sources=_text_tower_sources,
+)
+
 ARCHITECTURES: dict[str, ModelFamily] = {
     "LlamaForCausalLM": _LLAMA_FAMILY,
     "MistralForCausalLM": _LLAMA_FAMILY,
@@ -108,6 +123,12 @@ ARCHITECTURES: dict[str, ModelFamily] = {
     "Phi3ForCausalLM": _PHI3_FAMILY,
     "GPT2LMHeadModel": _GPT2_FAMILY,
     "OPTForCausalLM": _OPT_FAMILY,
+    # Gemma: the same definition with Gemma's options (gemma_options.py).
+    "GemmaForCausalLM": _LLAMA_FAMILY,
+    "Gemma2ForCausalLM": _LLAMA_FAMILY,
+    "Gemma3ForCausalLM": _LLAMA_FAMILY,
+    # Text in, text out: image input does not exist in the engine.
+    "Gemma3ForConditionalGeneration": _GEMMA3_TEXT_TOWER,
 }
 
 

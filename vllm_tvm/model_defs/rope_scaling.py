@@ -44,6 +44,9 @@ YARN_DEFAULT_BETA_SLOW = 1.0
 
 
 MODEL_APPLIED_ROPE_TYPES = ("yarn", "longrope")
+LAYER_ROPE_TYPES = ("default", "linear", "dynamic", *MODEL_APPLIED_ROPE_TYPES)
+"""The types whose frequencies `rope_frequencies` computes (the model rotates with them
+when its layers use different bases: the cache has one)."""
 
 
 class RopeConfigError(ValueError):
@@ -191,14 +194,31 @@ def kv_cache_rope(rope_type: str, params: dict[str, Any]) -> tuple[float, dict[s
 def model_applied_rope(
     rope_type: str, params: dict[str, Any], theta: float, rotary_dim: int
 ) -> tuple[np.ndarray, float] | None:
-    """(inverse frequencies [rotary_dim / 2] in float32, cos/sin factor) for the types the
-    model rotates itself (yarn, longrope), else None (the KV cache rotates)."""
+    """`rope_frequencies` for the types the model rotates itself (yarn, longrope), else None
+    (the KV cache rotates)."""
     if rope_type not in MODEL_APPLIED_ROPE_TYPES:
         return None
+    return rope_frequencies(rope_type, params, theta, rotary_dim)
+
+
+def rope_frequencies(
+    rope_type: str, params: dict[str, Any], theta: float, rotary_dim: int
+) -> tuple[np.ndarray, float]:
+    """(inverse frequencies [rotary_dim / 2] in float32, cos/sin factor) of one of
+    `LAYER_ROPE_TYPES`, for the model's own rotation (rotary.py)."""
+    if rope_type not in LAYER_ROPE_TYPES:
+        raise RopeConfigError(
+            f"unsupported rope_scaling type '{rope_type}' for a rotation by the model; "
+            "supported: " + ", ".join(LAYER_ROPE_TYPES)
+        )
     exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
-    default = 1.0 / theta**exponents
+    inv_freq = 1.0 / theta**exponents
+    if rope_type == "linear":
+        return (inv_freq / params["factor"]).astype(np.float32), 1.0
     if rope_type == "yarn":
-        inv_freq = default / _yarn_divisors(params, theta, rotary_dim)
+        inv_freq = inv_freq / _yarn_divisors(params, theta, rotary_dim)
+    elif rope_type == "longrope":
+        inv_freq = inv_freq / np.asarray(params["short_factor"], dtype=np.float64)
     else:
-        inv_freq = default / np.asarray(params["short_factor"], dtype=np.float64)
+        return inv_freq.astype(np.float32), 1.0
     return inv_freq.astype(np.float32), float(params["attention_factor"])

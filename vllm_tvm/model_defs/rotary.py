@@ -1,11 +1,13 @@
-"""RoPE applied by the model itself, for the scalings TVM's KV cache cannot apply exactly.
+"""RoPE applied by the model itself, where TVM's KV cache cannot apply it exactly.
 
 Why: the paged KV cache rotates q/k with built-in formulas (rope_scaling.py says which ones
-match transformers). For yarn and longrope the frequencies come from rope_scaling.py and
-the rotation happens here, on the fused qkv, before the cache (created with
-`RopeMode.NONE`) stores k. Positions are the cache's own query positions, so chunked
-prefill, batching and prefix caching see the same positions as with the cache's rotation.
-The rotation is transformers' `rotate_half` form over the first `rotary_dim` channels.
+match transformers) and with one base frequency for all layers. For yarn and longrope, and
+for models whose sliding layers use another RoPE base (Gemma 3), the frequencies come from
+rope_scaling.py (per layer) and the rotation happens here, on the fused qkv, before the
+cache (created with `RopeMode.NONE`) stores k. Positions are the cache's own query
+positions, so chunked prefill, batching and prefix caching see the same positions as with
+the cache's rotation. The rotation is transformers' `rotate_half` form over the first
+`rotary_dim` channels.
 """
 
 from __future__ import annotations

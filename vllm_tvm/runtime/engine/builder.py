@@ -119,7 +119,11 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
         measure=lambda: measure_device_memory(runner.device),
         default=DEFAULT_NUM_BLOCKS,
     )
-    cache_config = CacheConfig(args.block_size, num_blocks, args.enable_prefix_caching)
+    # A prefix-cache hit forks a sequence, and TVM's paged KV cache windows each shared block
+    # on its own: a sliding layer would then see more than its window. Such models run
+    # without prefix caching.
+    prefix_caching = args.enable_prefix_caching and not runner.has_sliding_window_layers
+    cache_config = CacheConfig(args.block_size, num_blocks, prefix_caching)
     max_model_len = fit_max_model_len(args.max_model_len, runner.max_model_len, cache_config)
     runner.resize_kv_cache(cache_config.num_tokens)
     budget = min(args.token_budget, runner.kv_config.prefill_chunk_size)

@@ -96,17 +96,21 @@ class ModelRunner:
         self.vocab_size = int(self.config["vocab_size"])
         self.hidden_size = int(self.config["hidden_size"])
         limit = int(self.config["max_position_embeddings"])
-        if self.config.get("sliding_window"):
-            limit = min(limit, int(self.config["sliding_window"]))
+        window = self.config.get("sliding_window")
+        if window and "layer_types" not in self.config:
+            # Artifacts from before per-layer windows attend to everything: capped.
+            limit = min(limit, int(window))
         if max_model_len is not None and max_model_len > limit:
             raise ValueError(
                 f"max_model_len {max_model_len} exceeds the model's context limit {limit}"
             )
         self.max_model_len = max_model_len or limit
+        # A sliding layer windows the cached past but not the chunk being appended (TVM's
+        # paged KV cache), so no chunk may be longer than the window.
         self.kv_config = KVCacheConfig(
             max_batch_size=max_batch_size,
             max_total_seq_len=max_total_seq_len or self.max_model_len * max_batch_size,
-            prefill_chunk_size=min(prefill_chunk_size, self.max_model_len),
+            prefill_chunk_size=min(prefill_chunk_size, self.max_model_len, window or limit),
             page_size=page_size,
         )
         self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
@@ -125,6 +129,11 @@ class ModelRunner:
         self._tvm = tvm
 
     @property
+    def has_sliding_window_layers(self) -> bool:
+        """Whether some layer attends to the last `sliding_window` tokens only."""
+        return bool(self.config.get("sliding_window") and self.config.get("layer_types"))
+
+    @property
     def can_sample_on_device(self) -> bool:
         """Whether the artifact has the compiled `argmax` and `sample` functions."""
         return self._argmax is not None and self._sample is not None
@@ -137,7 +146,8 @@ class ModelRunner:
             width = int(config["kv_lora_rank"]) + int(config["qk_rope_head_dim"])
             return int(config["num_hidden_layers"]) * width * _DTYPE_BYTES[self.manifest.dtype]
         head_dim = int(config.get("head_dim") or self.hidden_size // config["num_attention_heads"])
-        layers, kv_heads = int(config["num_hidden_layers"]), int(config["num_key_value_heads"])
+        layers = int(config.get("kv_cache_layers") or config["num_hidden_layers"])
+        kv_heads = int(config["num_key_value_heads"])
         return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[self.manifest.dtype]
 
     def resize_kv_cache(self, max_total_seq_len: int) -> None:
