@@ -11,24 +11,23 @@ within 1e-4 and greedy tokens exactly; `--weight-format dequantized` multiplies 
 
 from __future__ import annotations
 
-import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from tiny_models import load_oracle
+from quantized_checkpoints import (
+    assert_equals_oracle,
+    dequantized_oracle,
+    prefill_logits,
+    rewrite_checkpoint,
+)
 
 from vllm_tvm.checkpoints.prequantized import check_prequantized
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.sampling.params import SamplingParams
 
 E4M3_MAX = 448.0
-PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Paged attention keeps"]
-NEW_TOKENS = 40
 BLOCK = 32
 
 SCHEMES = {
@@ -67,37 +66,18 @@ def _scales(weight: torch.Tensor, scheme: str) -> tuple[torch.Tensor, torch.Tens
     return scale, expanded
 
 
-def write_fp8_checkpoint(source_dir: Path, dest: Path, scheme: str) -> dict[str, torch.Tensor]:
-    """An FP8 copy of the tiny checkpoint; returns the dequantized weights (the oracle's)."""
-    shutil.copytree(source_dir, dest)
-    config = json.loads((dest / "config.json").read_text())
-    config["quantization_config"] = SCHEMES[scheme]
-    (dest / "config.json").write_text(json.dumps(config))
+def fp8_quantizer(scheme: str):
+    """q = fp8(w / s), stored with its scale under the scheme's name; dequantized q * s."""
     scale_suffix = "weight_scale_inv" if scheme == "block" else "weight_scale"
-    tensors: dict[str, torch.Tensor] = {}
-    dequantized: dict[str, torch.Tensor] = {}
-    for path in dest.glob("*.safetensors"):
-        for name, weight in load_file(path).items():
-            if not name.endswith("proj.weight"):
-                tensors[name] = weight
-                continue
-            stored, scale = _scales(weight.float(), scheme)
-            values = (weight.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-            tensors[name] = values
-            tensors[name.removesuffix("weight") + scale_suffix] = stored.contiguous()
-            dequantized[name] = values.float() * scale
-        path.unlink()
-    save_file(tensors, dest / "model.safetensors")
-    return dequantized
 
+    def quantize(weight: np.ndarray) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+        stored, scale = _scales(torch.from_numpy(weight), scheme)
+        values = (torch.from_numpy(weight) / scale).clamp(-E4M3_MAX, E4M3_MAX)
+        values = values.to(torch.float8_e4m3fn)
+        parts = {"weight": values, scale_suffix: stored}
+        return parts, (values.float() * scale).numpy()
 
-def _oracle(model_dir: Path, dequantized: dict[str, torch.Tensor]):
-    oracle = load_oracle(model_dir.parent / "float")
-    state = oracle.state_dict()
-    with torch.no_grad():
-        for name, weight in dequantized.items():
-            state[name].copy_(weight)
-    return oracle
+    return quantize
 
 
 @pytest.fixture(scope="module")
@@ -105,49 +85,31 @@ def fp8_checkpoints(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("fp8")
     shutil.copytree(tiny_model_dir("llama"), root / "float")
     return {
-        scheme: (root / scheme, write_fp8_checkpoint(root / "float", root / scheme, scheme))
-        for scheme in SCHEMES
+        scheme: (
+            root / scheme,
+            rewrite_checkpoint(root / "float", root / scheme, config, fp8_quantizer(scheme)),
+        )
+        for scheme, config in SCHEMES.items()
     }
-
-
-def _prefill_logits(llm: LLM, ids: list[int]) -> np.ndarray:
-    llm.runner.kv_cache.add_sequence(5)
-    try:
-        return llm.runner.prefill([5], [ids], logit_positions=range(len(ids)))
-    finally:
-        llm.runner.kv_cache.remove_sequence(5)
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_fp8_fused_equals_transformers_on_dequantized_weights(scheme, fp8_checkpoints) -> None:
     model_dir, dequantized = fp8_checkpoints[scheme]
     llm = LLM(model_dir, device="cpu", show_progress=False)
-    formats = {p.format for p in llm.runner.manifest.params}
-    assert "fp8_e4m3" in formats
-    oracle = _oracle(model_dir, dequantized)
-    ids = llm.tokenizer.encode(PROMPTS[2])
-    with torch.no_grad():
-        expected = oracle(torch.tensor([ids])).logits[0].numpy()
-    assert np.abs(_prefill_logits(llm, ids) - expected).max() <= 1e-4
-
-    oracle.generation_config.eos_token_id = None
-    oracle.generation_config.pad_token_id = 0
-    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-    for output in llm.generate(PROMPTS, params):
-        prompt = torch.tensor([output.prompt_token_ids])
-        with torch.no_grad():
-            out = oracle.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
-        assert output.outputs[0].token_ids == out[0, prompt.shape[1] :].tolist()
+    assert "fp8_e4m3" in {p.format for p in llm.runner.manifest.params}
+    assert_equals_oracle(llm, dequantized_oracle(model_dir.parent / "float", dequantized))
 
 
 def test_fp8_dequantized_at_load_equals_fused(fp8_checkpoints) -> None:
     model_dir, dequantized = fp8_checkpoints["block"]
     llm = LLM(model_dir, device="cpu", weight_format="dequantized", show_progress=False)
     assert {p.format for p in llm.runner.manifest.params} == {"float"}
-    ids = llm.tokenizer.encode(PROMPTS[0])
+    oracle = dequantized_oracle(model_dir.parent / "float", dequantized)
+    ids = llm.tokenizer.encode("Once upon a time")
     with torch.no_grad():
-        expected = _oracle(model_dir, dequantized)(torch.tensor([ids])).logits[0].numpy()
-    assert np.abs(_prefill_logits(llm, ids) - expected).max() <= 1e-4
+        expected = oracle(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(prefill_logits(llm, ids) - expected).max() <= 1e-4
 
 
 @pytest.mark.parametrize(

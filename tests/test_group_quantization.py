@@ -14,6 +14,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
+from quantized_checkpoints import PROMPTS, assert_equals_oracle, prefill_logits
 from tiny_models import load_oracle
 
 from vllm_tvm.checkpoints.group_quantization import (
@@ -25,15 +26,12 @@ from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.sampling.params import SamplingParams
 
 TYPES = {
     "q8_0": GGMLQuantizationType.Q8_0,
     "q4_0": GGMLQuantizationType.Q4_0,
     "q4_1": GGMLQuantizationType.Q4_1,
 }
-PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Paged attention keeps"]
-NEW_TOKENS = 40
 
 
 def _dequantized_oracle(model_dir, method: str):
@@ -50,15 +48,6 @@ def _dequantized_oracle(model_dir, method: str):
     return oracle
 
 
-def _prefill_logits(llm: LLM, ids: list[int]) -> np.ndarray:
-    runner = llm.runner
-    runner.kv_cache.add_sequence(11)
-    try:
-        return runner.prefill([11], [ids], logit_positions=range(len(ids)))
-    finally:
-        runner.kv_cache.remove_sequence(11)
-
-
 @pytest.mark.parametrize("method", sorted(TYPES))
 def test_quantized_model_equals_transformers_on_dequantized_weights(
     method: str, tiny_model_dir
@@ -70,25 +59,12 @@ def test_quantized_model_equals_transformers_on_dequantized_weights(
     quantized = {p.name.rpartition(".")[0] for p in manifest.params if p.format == method}
     assert "model.layers.0.self_attn.qkv_proj.weight" in quantized
     assert "model.embed_tokens.weight" in quantized
-
-    oracle = _dequantized_oracle(model_dir, method)
+    assert_equals_oracle(llm, _dequantized_oracle(model_dir, method))
+    # The quantization is real: the float model's logits differ by more than rounding.
     ids = llm.tokenizer.encode(PROMPTS[2])
     with torch.no_grad():
-        expected = oracle(torch.tensor([ids])).logits[0].numpy()
         original = load_oracle(model_dir)(torch.tensor([ids])).logits[0].numpy()
-    logits = _prefill_logits(llm, ids)
-    assert np.abs(logits - expected).max() <= 1e-4
-    # The quantization is real: the float model's logits differ by more than rounding.
-    assert np.abs(logits - original).max() > 1e-3
-
-    oracle.generation_config.eos_token_id = None
-    oracle.generation_config.pad_token_id = 0
-    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-    for output in llm.generate(PROMPTS, params):
-        prompt = torch.tensor([output.prompt_token_ids])
-        with torch.no_grad():
-            out = oracle.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
-        assert output.outputs[0].token_ids == out[0, prompt.shape[1] :].tolist()
+    assert np.abs(prefill_logits(llm, ids) - original).max() > 1e-3
 
 
 def test_loader_blocks_are_the_reference_quantizers_bytes(tiny_model_dir) -> None:

@@ -11,22 +11,16 @@ transformers with every weight replaced by s * (q - z) in fp32.
 
 from __future__ import annotations
 
-import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from tiny_models import load_oracle
+from quantized_checkpoints import assert_equals_oracle, dequantized_oracle, rewrite_checkpoint
 
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.sampling.params import SamplingParams
 
 GROUP = 32
-PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Paged attention keeps"]
-NEW_TOKENS = 40
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
@@ -169,35 +163,18 @@ def _quantize(weight: np.ndarray, layout: str):
     return _awq(weight) if layout == "awq" else _compressed_tensors(weight)
 
 
-def write_int4_checkpoint(float_dir: Path, dest: Path, layout: str) -> dict[str, np.ndarray]:
-    """An int4 copy of the tiny checkpoint; returns the dequantized weights (the oracle's)."""
-    shutil.copytree(float_dir, dest)
-    config = json.loads((dest / "config.json").read_text())
-    config["quantization_config"] = CONFIGS[layout]
-    (dest / "config.json").write_text(json.dumps(config))
-    tensors, dequantized = {}, {}
-    for path in dest.glob("*.safetensors"):
-        for name, weight in load_file(path).items():
-            if not name.endswith("proj.weight"):
-                tensors[name] = weight
-                continue
-            parts, dequantized[name] = _quantize(weight.float().numpy(), layout)
-            prefix = name.removesuffix("weight")
-            tensors.update(
-                {prefix + k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in parts.items()}
-            )
-        path.unlink()
-    save_file(tensors, dest / "model.safetensors")
-    return dequantized
-
-
 @pytest.fixture(scope="module")
 def int4_checkpoints(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("int4")
     shutil.copytree(tiny_model_dir("llama"), root / "float")
     return {
-        layout: (root / layout, write_int4_checkpoint(root / "float", root / layout, layout))
-        for layout in CONFIGS
+        layout: (
+            root / layout,
+            rewrite_checkpoint(
+                root / "float", root / layout, config, lambda w, layout=layout: _quantize(w, layout)
+            ),
+        )
+        for layout, config in CONFIGS.items()
     }
 
 
@@ -208,26 +185,4 @@ def test_int4_equals_transformers_on_dequantized_weights(layout, int4_checkpoint
     formats = {p.format for p in llm.runner.manifest.params}
     # Act-order groups are not runs of columns: those weights are dequantized at load.
     assert formats == ({"float"} if layout == "gptq_act_order" else {"float", "int4_g32"})
-    oracle = load_oracle(model_dir.parent / "float")
-    state = oracle.state_dict()
-    with torch.no_grad():
-        for name, weight in dequantized.items():
-            state[name].copy_(torch.from_numpy(weight))
-    ids = llm.tokenizer.encode(PROMPTS[2])
-    llm.runner.kv_cache.add_sequence(3)
-    try:
-        logits = llm.runner.prefill([3], [ids], logit_positions=range(len(ids)))
-    finally:
-        llm.runner.kv_cache.remove_sequence(3)
-    with torch.no_grad():
-        expected = oracle(torch.tensor([ids])).logits[0].numpy()
-    assert np.abs(logits - expected).max() <= 1e-4
-
-    oracle.generation_config.eos_token_id = None
-    oracle.generation_config.pad_token_id = 0
-    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-    for output in llm.generate(PROMPTS, params):
-        prompt = torch.tensor([output.prompt_token_ids])
-        with torch.no_grad():
-            out = oracle.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
-        assert output.outputs[0].token_ids == out[0, prompt.shape[1] :].tolist()
+    assert_equals_oracle(llm, dequantized_oracle(model_dir.parent / "float", dequantized))

@@ -10,22 +10,17 @@ e2m1 * (float(weight_scale) * weight_scale_2) in fp32.
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from tiny_models import load_oracle
+from quantized_checkpoints import assert_equals_oracle, dequantized_oracle, rewrite_checkpoint
 
 from vllm_tvm.checkpoints.fp4_weights import E2M1_VALUES
 from vllm_tvm.checkpoints.prequantized import check_prequantized
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.sampling.params import SamplingParams
 
-PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Paged attention keeps"]
-NEW_TOKENS = 40
 CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}
 MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
 
@@ -55,52 +50,16 @@ def _nvfp4(weight: np.ndarray) -> tuple[dict[str, torch.Tensor], np.ndarray]:
 @pytest.fixture(scope="module")
 def nvfp4_checkpoint(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("nvfp4")
-    float_dir, dest = root / "float", root / "nvfp4"
-    shutil.copytree(tiny_model_dir("llama"), float_dir)
-    shutil.copytree(float_dir, dest)
-    config = json.loads((dest / "config.json").read_text())
-    config["quantization_config"] = CONFIG
-    (dest / "config.json").write_text(json.dumps(config))
-    tensors, dequantized = {}, {}
-    for path in dest.glob("*.safetensors"):
-        for name, weight in load_file(path).items():
-            if not name.endswith("proj.weight"):
-                tensors[name] = weight
-                continue
-            parts, dequantized[name] = _nvfp4(weight.float().numpy())
-            tensors.update({name.removesuffix("weight") + k: v for k, v in parts.items()})
-        path.unlink()
-    save_file(tensors, dest / "model.safetensors")
-    return dest, dequantized
+    shutil.copytree(tiny_model_dir("llama"), root / "float")
+    dequantized = rewrite_checkpoint(root / "float", root / "nvfp4", CONFIG, _nvfp4)
+    return root / "nvfp4", dequantized
 
 
 def test_nvfp4_fused_equals_transformers_on_dequantized_weights(nvfp4_checkpoint) -> None:
     model_dir, dequantized = nvfp4_checkpoint
     llm = LLM(model_dir, device="cpu", show_progress=False)
     assert {p.format for p in llm.runner.manifest.params} == {"float", "nvfp4"}
-    oracle = load_oracle(model_dir.parent / "float")
-    state = oracle.state_dict()
-    with torch.no_grad():
-        for name, weight in dequantized.items():
-            state[name].copy_(torch.from_numpy(weight))
-    ids = llm.tokenizer.encode(PROMPTS[2])
-    llm.runner.kv_cache.add_sequence(9)
-    try:
-        logits = llm.runner.prefill([9], [ids], logit_positions=range(len(ids)))
-    finally:
-        llm.runner.kv_cache.remove_sequence(9)
-    with torch.no_grad():
-        expected = oracle(torch.tensor([ids])).logits[0].numpy()
-    assert np.abs(logits - expected).max() <= 1e-4
-
-    oracle.generation_config.eos_token_id = None
-    oracle.generation_config.pad_token_id = 0
-    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-    for output in llm.generate(PROMPTS, params):
-        prompt = torch.tensor([output.prompt_token_ids])
-        with torch.no_grad():
-            out = oracle.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
-        assert output.outputs[0].token_ids == out[0, prompt.shape[1] :].tolist()
+    assert_equals_oracle(llm, dequantized_oracle(model_dir.parent / "float", dequantized))
 
 
 def test_other_modelopt_algorithms_refused_by_name() -> None:
