@@ -130,20 +130,7 @@ class Int4Weights:
             for n in source.names()
             if n.endswith("." + self._packed_suffix)
         }
-        self._parts = {
-            n
-            for n in source.names()
-            if n.rpartition(".")[2]
-            in (
-                "qweight",
-                "qzeros",
-                "scales",
-                "g_idx",
-                "weight_packed",
-                "weight_scale",
-                "weight_shape",
-            )
-        }
+        self._parts = {n for n in source.names() if n.rpartition(".")[2] in _PART_SUFFIXES}
 
     def names(self) -> list[str]:
         """Plain tensors and the logical `.weight` of every packed one."""
