@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from vllm_tvm.benchmarking.metrics import LevelMetrics, mean_acceptance_length
 from vllm_tvm.benchmarking.report import table_row
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
@@ -48,10 +50,17 @@ def test_an_engine_that_does_not_speculate_exposes_no_spec_series() -> None:
     assert _series(metrics) == {} and metrics.snapshot().mean_acceptance_length is None
 
 
+def _level(**values: float) -> LevelMetrics:
+    """A level whose every timing is 1.0 ms but the `values` given."""
+    timings = {f.name: 1.0 for f in fields(LevelMetrics)[8:] if f.name not in values}
+    timings.pop("mean_acceptance_length", None)
+    return LevelMetrics(1, 1, 2.0, 8, 16, 0.5, 8.0, 12.0, **timings, **values)
+
+
 def test_the_bench_row_shows_the_mean_acceptance_length_when_there_is_one() -> None:
-    level = LevelMetrics(1, 1, 2.0, 8, 16, 0.5, 8.0, 12.0, *[1.0] * 10)
+    level = _level()
     assert "acceptance" not in table_row(level)
-    row = table_row(LevelMetrics(1, 1, 2.0, 8, 16, 0.5, 8.0, 12.0, *[1.0] * 10, 2.5))
+    row = table_row(_level(mean_acceptance_length=2.5))
     assert row.endswith("mean acceptance length 2.50")
 
 
