@@ -9,9 +9,14 @@ side: one GEMM call on device-resident operands, CUDA events over 20 calls after
 ones. The per-token activation quantization kernel that precedes the FP8 GEMM in an
 artifact is not included (torch's arm excludes its own quantization the same way).
 
+`--quantize-kernel LIB` also checks, on the GPU, the per-token activation quantization
+(schedules/fp8_activation.py) as the artifacts compile it: LIB is built on a CPU box with
+`--build-quantize-kernel LIB` (the compiler's lowering pipeline for sm_90a), and its codes
+and scales must equal torch's (`amax / 448`, then the float8_e4m3fn cast) bit for bit.
+
 usage (on the GPU box; the extension comes from any CUDA artifact built with cuBLASLt):
   PYTHONPATH=<tvm bundle>:<code> python3 benchmarks/h200_fp8_gemm.py \
-      --extension ARTIFACT/cublaslt_gemm.so --out r.json
+      --extension ARTIFACT/cublaslt_gemm.so [--quantize-kernel LIB] --out r.json
 """
 
 from __future__ import annotations
@@ -86,11 +91,62 @@ def measure(m: int, n: int, k: int, tvm: Any) -> dict[str, float]:
     }
 
 
+def build_quantize_kernel(path: Path) -> None:
+    """Compile the activation quantization alone for sm_90a, as artifacts lower it."""
+    import tvm
+    from tvm import relax
+
+    from vllm_tvm.compiler.cuda_build import build_relax_module, export
+    from vllm_tvm.compiler.pipeline import lowering_pipeline
+    from vllm_tvm.compiler.targets import resolve_target
+    from vllm_tvm.schedules.fp8_activation import quantize_tokens, token_scales
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([tvm.tirx.Var("rows", "int64"), 4096], "bfloat16"))
+    with builder.function("quantize", [x]):
+        with builder.dataflow():
+            scales = builder.emit_te(token_scales, x)
+            codes = builder.emit_te(quantize_tokens, x, scales)
+            output = builder.emit_output(relax.Tuple([codes, scales]))
+        builder.emit_func_output(output)
+    spec = resolve_target("cuda")
+    executable = build_relax_module(
+        builder.get(), spec, relax_pipeline=lowering_pipeline(spec.make_target())
+    )
+    export(executable, path, spec)
+
+
+def check_quantize_kernel(library: Path, tvm: Any) -> dict[str, Any]:
+    """The compiled quantization's codes and scales against torch's, on random bf16 rows."""
+    device = tvm.cuda(0)
+    vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(str(library)), device)
+    rows = {}
+    for m in (1, 7, 1024):
+        x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+        x *= torch.logspace(-4, 3, m, device="cuda", dtype=torch.bfloat16)[:, None]
+        codes, scales = vm["quantize"](tvm.runtime.from_dlpack(x))
+        ours_codes = torch.from_dlpack(codes).cpu()
+        ours_scales = torch.from_dlpack(scales).cpu()
+        expected_codes, expected_scales = _row_quantized(x)
+        rows[f"m{m}"] = {
+            "scales_equal": bool(torch.equal(ours_scales, expected_scales.cpu())),
+            "codes_differing": int(
+                (ours_codes != expected_codes.view(torch.uint8).cpu()).sum().item()
+            ),
+        }
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--extension", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--extension", type=Path)
+    parser.add_argument("--quantize-kernel", type=Path)
+    parser.add_argument("--build-quantize-kernel", type=Path)
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.build_quantize_kernel is not None:
+        build_quantize_kernel(args.build_quantize_kernel)
+        return 0
     from vllm_tvm.kernels.cublaslt import load_cublaslt_extension
     from vllm_tvm.runtime.model.tvm_runtime import load_runtime
 
@@ -105,6 +161,9 @@ def main() -> int:
         "3 untimed; bf16 output; activation quantization excluded on both FP8 arms",
         "shapes": {},
     }
+    if args.quantize_kernel is not None:
+        report["quantize_kernel"] = check_quantize_kernel(args.quantize_kernel, tvm)
+        print("quantize kernel", json.dumps(report["quantize_kernel"]), flush=True)
     for m in ROWS:
         for label, (n, k) in SHAPES.items():
             row = measure(m, n, k, tvm)
@@ -112,7 +171,9 @@ def main() -> int:
             print(label, m, json.dumps(row), flush=True)
     args.out.write_text(json.dumps(report, indent=2))
     worst = max(r["max_relative_error_vs_float_reference"] for r in report["shapes"].values())
-    return 0 if worst <= 1e-2 else 1
+    kernel = report.get("quantize_kernel", {}).values()
+    exact = all(r["scales_equal"] and r["codes_differing"] == 0 for r in kernel)
+    return 0 if worst <= 1e-2 and exact else 1
 
 
 if __name__ == "__main__":

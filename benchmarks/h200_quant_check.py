@@ -80,8 +80,27 @@ def check_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[str, 
     }
 
 
-def check_bf16_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[str, Any]:
-    """A bf16 artifact against the fp32 oracle: relative logit error and greedy agreement."""
+def fake_quantize_projection_inputs(oracle: Any) -> None:
+    """Make every `*_proj` linear of `oracle` see its input rounded as the FP8 GEMM path
+    rounds it: per token, scale amax / 448, E4M3 round-to-nearest-even (torch's cast)."""
+    import torch
+
+    def hook(_module: Any, inputs: tuple) -> tuple:
+        x = inputs[0]
+        scale = x.float().abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / 448.0
+        codes = (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        return (codes.float() * scale).to(x.dtype), *inputs[1:]
+
+    for name, module in oracle.named_modules():
+        if name.endswith("_proj") and isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(hook)
+
+
+def check_bf16_case(
+    quantized: Path, dequantized: Path, artifact: Path, fp8_activations: bool = False
+) -> dict[str, Any]:
+    """A bf16 artifact against the fp32 oracle: relative logit error and greedy agreement.
+    `fp8_activations`: the oracle rounds projection inputs to FP8 per token as well."""
     import numpy as np
     import torch
     import transformers
@@ -95,6 +114,10 @@ def check_bf16_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[
     ).cuda()
     oracle.eval()
     ids = llm.tokenizer.encode(PROMPTS[2])
+    with torch.no_grad():
+        unrounded = oracle(torch.tensor([ids]).cuda()).logits[0].float().cpu().numpy()
+    if fp8_activations:
+        fake_quantize_projection_inputs(oracle)
     llm.runner.kv_cache.add_sequence(1)
     try:
         logits = llm.runner.prefill([1], [ids], logit_positions=range(len(ids)))
@@ -103,6 +126,8 @@ def check_bf16_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[
     with torch.no_grad():
         expected = oracle(torch.tensor([ids]).cuda()).logits[0].float().cpu().numpy()
     relative = float(np.abs(logits - expected).max() / np.abs(expected).max())
+    # How far the oracle's own FP8 rounding moves its logits: the size of the effect itself.
+    rounding_alone = float(np.abs(expected - unrounded).max() / np.abs(unrounded).max())
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     agreement = []
     for output in llm.generate(PROMPTS, params):
@@ -122,7 +147,9 @@ def check_bf16_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[
     return {
         "extensions": llm.runner.manifest.extensions,
         "dtype": llm.runner.manifest.dtype,
+        "oracle_rounds_projection_inputs_to_fp8": fp8_activations,
         "prefill_logits_max_relative_error": relative,
+        "oracle_fp8_rounding_alone_relative_change": rounding_alone,
         "greedy_agreement": agreement,
         "passed": relative <= BF16_RELATIVE_TOLERANCE,
     }
@@ -144,6 +171,14 @@ def main() -> int:
         default=[],
         metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"),
     )
+    parser.add_argument(
+        "--fp8-activation-case",
+        nargs=4,
+        action="append",
+        default=[],
+        metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"),
+        help="as --bf16-case, the oracle rounding projection inputs to FP8 per token",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     import torch
@@ -160,8 +195,12 @@ def main() -> int:
     for name, quantized, dequantized, artifact in args.case:
         results["cases"][name] = check_case(Path(quantized), Path(dequantized), Path(artifact))
         print(name, json.dumps(results["cases"][name]), flush=True)
-    for name, quantized, dequantized, artifact in args.bf16_case:
-        results["cases"][name] = check_bf16_case(Path(quantized), Path(dequantized), Path(artifact))
+    bf16_cases = [(case, False) for case in args.bf16_case]
+    bf16_cases += [(case, True) for case in args.fp8_activation_case]
+    for (name, quantized, dequantized, artifact), fp8_activations in bf16_cases:
+        results["cases"][name] = check_bf16_case(
+            Path(quantized), Path(dequantized), Path(artifact), fp8_activations
+        )
         print(name, json.dumps(results["cases"][name]), flush=True)
     args.out.write_text(json.dumps(results, indent=2))
     return 0 if all(case["passed"] for case in results["cases"].values()) else 1
