@@ -63,6 +63,15 @@ def fp8_scheme(quantization_config: dict[str, Any]) -> Fp8Scheme:
     raise ValueError(f"quantization method {method!r} is not FP8")
 
 
+def fp8_row_scaled(quantization_config: dict[str, Any]) -> bool:
+    """Whether an HF `quantization_config` holds FP8 weights with one scale per tensor or
+    per output row (not block scales), the scales an FP8 x FP8 GEMM applies per row."""
+    try:
+        return fp8_scheme(quantization_config).block is None
+    except ValueError:
+        return False
+
+
 def _single_weight_scheme(quantization_config: dict[str, Any]) -> dict[str, Any]:
     groups = list((quantization_config.get("config_groups") or {}).values())
     if len(groups) != 1 or not isinstance(groups[0].get("weights"), dict):

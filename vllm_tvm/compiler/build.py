@@ -21,12 +21,14 @@ from tqdm import tqdm
 
 from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
 from vllm_tvm.artifacts.manifest import Manifest
+from vllm_tvm.checkpoints.fp8_weights import fp8_row_scaled
 from vllm_tvm.checkpoints.model_config import checkpoint_dtype, is_gguf, read_model_config
 from vllm_tvm.checkpoints.weight_formats import NATIVE
 from vllm_tvm.compiler.attention import resolve_attention
 from vllm_tvm.compiler.backends import ATTENTION_TIR, GEMM_BACKENDS, GEMM_CUBLASLT, GEMM_TIR
 from vllm_tvm.compiler.cuda_build import build_relax_module
 from vllm_tvm.compiler.export import ExportedModel, export_model
+from vllm_tvm.compiler.fp8_gemm_dispatch import fp8_gemm_applies
 from vllm_tvm.compiler.gemm_dispatch import calls_cublaslt
 from vllm_tvm.compiler.library_metadata import library_metadata
 from vllm_tvm.compiler.pipeline import LibraryContents, lowering_pipeline, rewrite_pipeline
@@ -151,6 +153,7 @@ def build_library(exported: ExportedModel, request: CompileRequest) -> BuiltLibr
         gemm=request.gemm,
         metadata=library_metadata(exported.manifest),
         sliding_window=exported.manifest.model_config.get("sliding_window") is not None,
+        fp8_gemm=_fp8_gemm(request),
     )
     mod = rewrite_pipeline(target, contents)(exported.mod)
     extensions = [EXTENSION_NAME] if calls_cublaslt(mod) else []
@@ -166,6 +169,18 @@ def build_library(exported: ExportedModel, request: CompileRequest) -> BuiltLibr
             mod, request.target, relax_pipeline=lowering_pipeline(target)
         )
     return BuiltLibrary(executable, replace(exported.manifest, extensions=extensions))
+
+
+def _fp8_gemm(request: CompileRequest) -> bool:
+    """Whether FP8 products go to cuBLASLt's FP8 GEMM: cuBLASLt in use, FP8 tensor cores,
+    and FP8 weights scaled per tensor or per row (fp8_gemm_dispatch.py)."""
+    quantization_config = read_model_config(request.model_path).get("quantization_config")
+    return (
+        request.gemm == GEMM_CUBLASLT
+        and fp8_gemm_applies(request.target.arch)
+        and quantization_config is not None
+        and fp8_row_scaled(quantization_config)
+    )
 
 
 def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool = True) -> Path:

@@ -20,7 +20,11 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, PyExprVisitor, mutator, visitor
 
+from vllm_tvm.compiler.fp8_gemm_dispatch import FP8_GEMM_FUNCTION
+
 CUBLASLT_GEMM_FUNCTION = "vllm_tvm.cublaslt.gemm_nt"
+_EXTENSION_FUNCTIONS = (CUBLASLT_GEMM_FUNCTION, FP8_GEMM_FUNCTION)
+"""Everything the extension registers that a library may call (fp8_gemm_dispatch.py: FP8)."""
 _NT_MATMUL_NAME = re.compile(r"nt_matmul\d*")
 _INPUT_DTYPES = ("float16", "bfloat16")
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -96,7 +100,7 @@ def dispatch_gemms_pass(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> t
 
 @visitor
 class _CublasltCallFinder(PyExprVisitor):
-    """Sets `found` on reaching a `call_dps_packed` of the cuBLASLt GEMM."""
+    """Sets `found` on reaching a `call_dps_packed` of one of the extension's GEMMs."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -105,12 +109,12 @@ class _CublasltCallFinder(PyExprVisitor):
     def visit_call_(self, call: relax.Call) -> None:
         super().visit_call_(call)
         callee = call.args[0] if call.op == _CALL_DPS_PACKED else None
-        if isinstance(callee, relax.ExternFunc) and callee.global_symbol == CUBLASLT_GEMM_FUNCTION:
+        if isinstance(callee, relax.ExternFunc) and callee.global_symbol in _EXTENSION_FUNCTIONS:
             self.found = True
 
 
 def calls_cublaslt(mod: tvm.IRModule) -> bool:
-    """Whether any Relax function of `mod` calls the cuBLASLt GEMM of the extension."""
+    """Whether any Relax function of `mod` calls a GEMM of the cuBLASLt extension."""
     finder = _CublasltCallFinder()
     for _, function in mod.functions_items():
         if isinstance(function, relax.Function):

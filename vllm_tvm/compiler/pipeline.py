@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 
 from vllm_tvm.compiler.backends import GEMM_CUBLASLT
+from vllm_tvm.compiler.fp8_gemm_dispatch import dispatch_fp8_gemms_pass
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_pass
 from vllm_tvm.compiler.library_metadata import AttachMetadata
 from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
@@ -37,6 +38,9 @@ class LibraryContents:
     """The JSON `_metadata()` returns (library_metadata.py)."""
     sliding_window: bool = False
     """Some layer attends through a sliding window (its CPU prefill kernel is repaired)."""
+    fp8_gemm: bool = False
+    """FP8 weights with one scale per row meet FP8 tensor cores: their run-time-row-count
+    products go to cuBLASLt's FP8 GEMM (fp8_gemm_dispatch.py)."""
 
 
 def _is_gpu(target: tvm.target.Target) -> bool:
@@ -59,6 +63,8 @@ def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tv
         # a run-time row count call cuBLASLt instead. Before legalization, while they are
         # still recognisable `nt_matmul` call_tirs (gemm_dispatch.py).
         *([dispatch_gemms_pass] if contents.gemm == GEMM_CUBLASLT else []),
+        # The same for FP8 weights on FP8 tensor cores, activations quantized per token.
+        *([dispatch_fp8_gemms_pass] if contents.fp8_gemm else []),
         # The library describes itself without its manifest.
         AttachMetadata(contents.metadata),
         # TVM 0.27's CPU sliding-window prefill kernel reads its softmax maximum before

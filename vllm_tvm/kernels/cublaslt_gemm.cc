@@ -37,8 +37,14 @@ constexpr int kComputeF32 = 68;       // CUBLAS_COMPUTE_32F
 constexpr int kDataF32 = 0;           // CUDA_R_32F
 constexpr int kDataF16 = 2;           // CUDA_R_16F
 constexpr int kDataBF16 = 14;         // CUDA_R_16BF
+constexpr int kDataF8E4M3 = 28;       // CUDA_R_8F_E4M3
 constexpr int kDescTransA = 3;        // CUBLASLT_MATMUL_DESC_TRANSA
 constexpr int kDescTransB = 4;        // CUBLASLT_MATMUL_DESC_TRANSB
+constexpr int kDescAScalePointer = 17;  // CUBLASLT_MATMUL_DESC_A_SCALE_POINTER
+constexpr int kDescBScalePointer = 18;  // CUBLASLT_MATMUL_DESC_B_SCALE_POINTER
+constexpr int kDescAScaleMode = 31;     // CUBLASLT_MATMUL_DESC_A_SCALE_MODE
+constexpr int kDescBScaleMode = 32;     // CUBLASLT_MATMUL_DESC_B_SCALE_MODE
+constexpr int32_t kScaleOuterVec32F = 3;  // CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
 constexpr int kPrefMaxWorkspace = 1;  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
 constexpr int32_t kOpN = 0;
 constexpr int32_t kOpT = 1;
@@ -79,6 +85,13 @@ struct Plan {
 
 // m, n, k, input dtype, output dtype, device
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, int>;
+
+// Where FP8 products take their scales: one float32 per row of each operand (cuBLASLt's
+// outer-vector mode), applied to the fp32 accumulator before the output is rounded.
+struct Fp8Scales {
+  void* weight_rows;  // [n]: the weight's scale per output feature
+  void* token_rows;   // [m]: the activation's scale per token
+};
 
 struct State {
   std::mutex mutex;
@@ -151,7 +164,15 @@ int data_type(const DLDataType& dtype, bool allow_f32) {
                               "the same type or float32";
 }
 
-const Plan& plan_for(State& s, Handle handle, const PlanKey& key, size_t workspace_bytes) {
+void set_scales(State& s, const Plan& plan, const Fp8Scales& scales) {
+  check(s.api.desc_set(plan.desc, kDescAScalePointer, &scales.weight_rows, sizeof(void*)),
+        "set weight scales");
+  check(s.api.desc_set(plan.desc, kDescBScalePointer, &scales.token_rows, sizeof(void*)),
+        "set token scales");
+}
+
+const Plan& plan_for(State& s, Handle handle, const PlanKey& key, size_t workspace_bytes,
+                     const Fp8Scales* fp8 = nullptr) {
   auto found = s.plans.find(key);
   if (found != s.plans.end()) return found->second;
   auto [m, n, k, dtype, out_dtype, device] = key;
@@ -164,6 +185,13 @@ const Plan& plan_for(State& s, Handle handle, const PlanKey& key, size_t workspa
   check(s.api.layout_create(&plan.a, dtype, k, n, k), "layout of w");
   check(s.api.layout_create(&plan.b, dtype, k, m, k), "layout of x");
   check(s.api.layout_create(&plan.c, out_dtype, n, m, n), "layout of y");
+  if (fp8 != nullptr) {
+    check(s.api.desc_set(plan.desc, kDescAScaleMode, &kScaleOuterVec32F, sizeof(int32_t)),
+          "set weight scale mode (outer vector; needs cuBLASLt 12.9 or newer)");
+    check(s.api.desc_set(plan.desc, kDescBScaleMode, &kScaleOuterVec32F, sizeof(int32_t)),
+          "set token scale mode (outer vector; needs cuBLASLt 12.9 or newer)");
+    set_scales(s, plan, *fp8);
+  }
   Preference preference = nullptr;
   check(s.api.pref_create(&preference), "preference");
   uint64_t max_workspace = workspace_bytes;
@@ -187,9 +215,9 @@ void* address(const tvm::ffi::Tensor& tensor) {
   return static_cast<char*>(tensor.data_ptr()) + tensor.byte_offset();
 }
 
-// out[..., n] = x[..., k] . w[n, k]^T accumulated in fp32; leading dims of x are flattened.
-void gemm_nt(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w, const tvm::ffi::Tensor& out) {
-  State& s = state();
+// The shapes of out[..., n] = x[..., k] . w[n, k]^T as (m, n, k); leading dims of x flatten.
+std::tuple<int64_t, int64_t, int64_t> nt_shape(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w,
+                                               const tvm::ffi::Tensor& out) {
   if (!x.IsContiguous() || !w.IsContiguous() || !out.IsContiguous() || w.ndim() != 2) {
     TVM_FFI_THROW(ValueError) << "cuBLASLt GEMM takes contiguous x[..., k], w[n, k], out[..., n]";
   }
@@ -200,11 +228,14 @@ void gemm_nt(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w, const tvm::ff
     TVM_FFI_THROW(ValueError) << "cuBLASLt GEMM shapes do not agree (k=" << k << ", n=" << n
                               << ")";
   }
-  int dtype = data_type(x.dtype(), false);
-  int out_dtype = data_type(out.dtype(), true);
-  if (data_type(w.dtype(), false) != dtype) {
-    TVM_FFI_THROW(TypeError) << "cuBLASLt GEMM takes x and w of one dtype";
-  }
+  return {m, n, k};
+}
+
+// Runs one planned product on the device of x, on TVM's stream for that device.
+void run(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w, const tvm::ffi::Tensor& out,
+         int dtype, int out_dtype, const Fp8Scales* fp8) {
+  State& s = state();
+  auto [m, n, k] = nt_shape(x, w, out);
   int device_id = x.device().device_id;
   std::lock_guard<std::mutex> lock(s.mutex);
   auto handle = s.handles.find(device_id);
@@ -214,7 +245,9 @@ void gemm_nt(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w, const tvm::ff
   }
   const tvm::ffi::Tensor& workspace = s.workspaces.at(device_id);
   size_t workspace_bytes = static_cast<size_t>(workspace.shape()[0]);
-  const Plan& plan = plan_for(s, handle->second, {m, n, k, dtype, out_dtype, device_id}, workspace_bytes);
+  const Plan& plan = plan_for(s, handle->second, {m, n, k, dtype, out_dtype, device_id},
+                              workspace_bytes, fp8);
+  if (fp8 != nullptr) set_scales(s, plan, *fp8);
   const float alpha = 1.0f;
   const float beta = 0.0f;
   void* stream = TVMFFIEnvGetStream(kDLCUDA, device_id);
@@ -224,10 +257,46 @@ void gemm_nt(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w, const tvm::ff
         "matmul");
 }
 
+// out[..., n] = x[..., k] . w[n, k]^T accumulated in fp32; leading dims of x are flattened.
+void gemm_nt(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w, const tvm::ffi::Tensor& out) {
+  int dtype = data_type(x.dtype(), false);
+  int out_dtype = data_type(out.dtype(), true);
+  if (data_type(w.dtype(), false) != dtype) {
+    TVM_FFI_THROW(TypeError) << "cuBLASLt GEMM takes x and w of one dtype";
+  }
+  run(x, w, out, dtype, out_dtype, nullptr);
+}
+
+// out[m, n] = x_scale[m] * w_scale[n] * (x[m, k] . w[n, k]^T) with x and w FP8 E4M3 bytes
+// (uint8 tensors holding the codes), scales float32, out float16 or bfloat16.
+void gemm_fp8_nt(const tvm::ffi::Tensor& x, const tvm::ffi::Tensor& w,
+                 const tvm::ffi::Tensor& x_scale, const tvm::ffi::Tensor& w_scale,
+                 const tvm::ffi::Tensor& out) {
+  for (const tvm::ffi::Tensor* codes : {&x, &w}) {
+    if (codes->dtype().bits != 8) {
+      TVM_FFI_THROW(TypeError) << "the FP8 GEMM takes 8-bit E4M3 codes for x and w";
+    }
+  }
+  auto [m, n, k] = nt_shape(x, w, out);
+  if (k % 16 != 0 || n % 16 != 0) {
+    TVM_FFI_THROW(ValueError) << "the FP8 GEMM needs k and n multiples of 16 (k=" << k
+                              << ", n=" << n << ")";
+  }
+  bool f32_scales = x_scale.dtype().code == kDLFloat && x_scale.dtype().bits == 32 &&
+                    w_scale.dtype().code == kDLFloat && w_scale.dtype().bits == 32;
+  if (!f32_scales || x_scale.numel() != m || w_scale.numel() != n) {
+    TVM_FFI_THROW(ValueError) << "the FP8 GEMM takes float32 scales, one per token (" << m
+                              << ") and one per weight row (" << n << ")";
+  }
+  Fp8Scales scales{address(w_scale), address(x_scale)};
+  run(x, w, out, kDataF8E4M3, data_type(out.dtype(), false), &scales);
+}
+
 }  // namespace
 
 TVM_FFI_STATIC_INIT_BLOCK() {
   tvm::ffi::reflection::GlobalDef()
       .def("vllm_tvm.cublaslt.init", init)
-      .def("vllm_tvm.cublaslt.gemm_nt", gemm_nt);
+      .def("vllm_tvm.cublaslt.gemm_nt", gemm_nt)
+      .def("vllm_tvm.cublaslt.gemm_fp8_nt", gemm_fp8_nt);
 }
