@@ -18,93 +18,93 @@ import tvm.relax.frontend.nn.llm.kv_cache as tvm_kv_cache
 from tvm.target import Target
 
 from vllm_tvm.compiler.attention_softcap import (
-    SCORE_STORES,
+    CPU_SCORE_STORES,
+    GPU_SCORE_STORES,
     AttentionSoftcapError,
     capped_script,
     parseable_script,
     softcap_attention_kernels,
 )
-from vllm_tvm.schedules.cpu_attention import KERNEL_NAME, ragged_prefill_cpu
+from vllm_tvm.schedules.cpu_attention import ragged_prefill_cpu
 
 H_KV, H_Q, D, D_GPU = 2, 4, 16, 64
 CAP = 2.5
 SM_SCALE = 0.5
+RAGGED = "batch_prefill_ragged_kv"
 
 
-def _tvm_kernels() -> dict[str, tvm.tirx.PrimFunc]:
-    """TVM's kernels under the names its TIR paged KV cache registers them."""
+def _cpu_kernels() -> list[tvm.tirx.PrimFunc]:
+    """TVM's kernels as its TIR paged KV cache registers them on CPU."""
+    kv = tvm_kv_cache
+    return [
+        kv._attention_prefill_ragged_cpu(H_KV, H_Q, D, D, "float32", {}),
+        kv._attention_prefill_cpu(H_KV, H_Q, D, "float32", False, {}),
+        kv._attention_prefill_cpu(H_KV, H_Q, D, "float32", True, {}, sliding_window_size=8),
+        kv._attention_decode_cpu(H_KV, H_Q, D, "float32", False, {}),
+        kv._attention_decode_cpu(H_KV, H_Q, D, "float32", True, {}),
+        kv.tree_attn_cpu(H_KV, H_Q, D, "float32", {}),
+        kv.tree_attn_with_paged_kv_cache_cpu(H_KV, H_Q, D, "float32", {}),
+    ]
+
+
+def _gpu_kernels() -> list[tvm.tirx.PrimFunc]:
+    """TVM's kernels as its TIR paged KV cache registers them on CUDA."""
     kv = tvm_kv_cache
     cuda = Target({"kind": "cuda", "arch": "sm_90a"})
-    return {
-        "tir_attention_prefill_ragged_cpu": kv._attention_prefill_ragged_cpu(
-            H_KV, H_Q, D, D, "float32", {}
-        ),
-        "tir_attention_prefill_cpu": kv._attention_prefill_cpu(H_KV, H_Q, D, "float32", False, {}),
-        "tir_attention_prefill_cpu_sliding_window": kv._attention_prefill_cpu(
-            H_KV, H_Q, D, "float32", True, {}, sliding_window_size=8
-        ),
-        "tir_attention_decode_cpu": kv._attention_decode_cpu(H_KV, H_Q, D, "float32", False, {}),
-        "tir_attention_decode_cpu_sliding_window": kv._attention_decode_cpu(
-            H_KV, H_Q, D, "float32", True, {}
-        ),
-        "tir_attention_prefill_with_tree_mask_cpu": kv.tree_attn_cpu(H_KV, H_Q, D, "float32", {}),
-        "tir_attention_prefill_with_tree_mask_with_paged_kv_cache_cpu": (
-            kv.tree_attn_with_paged_kv_cache_cpu(H_KV, H_Q, D, "float32", {})
-        ),
-        "tir_attention_prefill_ragged": kv._attention_prefill_ragged(
-            H_KV, H_Q, D_GPU, D_GPU, "float16", {}, cuda
-        ),
-        "tir_attention_prefill": kv._attention_prefill(
-            H_KV, H_Q, D_GPU, "float16", False, {}, cuda
-        ),
-        "tir_attention_prefill_sliding_window": kv._attention_prefill(
-            H_KV, H_Q, D_GPU, "float16", True, {}, cuda, sliding_window_size=8
-        ),
-        "tir_attention_decode": kv._attention_decode(H_KV, H_Q, D_GPU, "float16", False, {}, cuda),
-        "tir_attention_decode_sliding_window": kv._attention_decode(
-            H_KV, H_Q, D_GPU, "float16", True, {}, cuda
-        ),
-        "tir_attention_prefill_with_tree_mask": kv.tree_attn(H_KV, H_Q, D_GPU, "float16", {}, cuda),
-        "tir_attention_prefill_with_tree_mask_with_paged_kv_cache": (
-            kv.tree_attn_with_paged_kv_cache(H_KV, H_Q, D_GPU, "float16", {}, cuda)
-        ),
-    }
+    return [
+        kv._attention_prefill_ragged(H_KV, H_Q, D_GPU, D_GPU, "float16", {}, cuda),
+        kv._attention_prefill(H_KV, H_Q, D_GPU, "float16", False, {}, cuda),
+        kv._attention_prefill(H_KV, H_Q, D_GPU, "float16", True, {}, cuda, sliding_window_size=8),
+        kv._attention_decode(H_KV, H_Q, D_GPU, "float16", False, {}, cuda),
+        kv._attention_decode(H_KV, H_Q, D_GPU, "float16", True, {}, cuda),
+        kv.tree_attn(H_KV, H_Q, D_GPU, "float16", {}, cuda),
+        kv.tree_attn_with_paged_kv_cache(H_KV, H_Q, D_GPU, "float16", {}, cuda),
+    ]
+
+
+def _by_symbol(kernels: list[tvm.tirx.PrimFunc]) -> dict[str, tvm.tirx.PrimFunc]:
+    return {str(kernel.attrs["global_symbol"]): kernel for kernel in kernels}
 
 
 @pytest.fixture(scope="module")
-def tvm_kernels() -> dict[str, tvm.tirx.PrimFunc]:
-    return _tvm_kernels()
+def kernels() -> dict[bool, dict[str, tvm.tirx.PrimFunc]]:
+    """TVM's kernels by symbol, for CPU (False) and GPU (True)."""
+    return {False: _by_symbol(_cpu_kernels()), True: _by_symbol(_gpu_kernels())}
 
 
-def test_every_kernel_of_the_cache_is_known(tvm_kernels) -> None:
-    assert set(tvm_kernels) == set(SCORE_STORES)
+def test_every_kernel_of_the_cache_is_known(kernels) -> None:
+    assert set(kernels[False]) == set(CPU_SCORE_STORES)
+    assert set(kernels[True]) == set(GPU_SCORE_STORES)
 
 
-def test_without_a_cap_every_kernel_round_trips_unchanged(tvm_kernels) -> None:
-    for kernel in tvm_kernels.values():
+def test_without_a_cap_every_kernel_round_trips_unchanged(kernels) -> None:
+    for kernel in [*kernels[False].values(), *kernels[True].values()]:
         reparsed = tvm.script.from_source(parseable_script(kernel.script()))
         assert reparsed.script() == kernel.script()
 
 
-def test_each_kernel_gets_exactly_its_score_store_capped(tvm_kernels) -> None:
-    capped = softcap_attention_kernels(tvm.IRModule(dict(tvm_kernels)), CAP)
+@pytest.mark.parametrize("gpu", [False, True])
+def test_each_kernel_gets_exactly_its_score_store_capped(kernels, gpu: bool) -> None:
+    named = kernels[gpu]
+    capped = softcap_attention_kernels(tvm.IRModule(dict(named)), CAP, gpu)
     scaled_cap = f"T.float32({CAP * math.log2(math.e)!r})"
-    for name, kernel in tvm_kernels.items():
+    for name, kernel in named.items():
         before = kernel.script().splitlines()
         after = capped[name].script().splitlines()
         added = [line.strip() for line in after if line not in before]
         assert len(added) == 1, name
         assert f"{scaled_cap} * T.tanh(" in added[0], name
         assert len(after) == len(before), name
-        assert capped[name].attrs["global_symbol"] == kernel.attrs["global_symbol"]
+        assert capped[name].attrs["global_symbol"] == name
 
 
-def test_an_unknown_kernel_text_is_refused_by_name(tvm_kernels) -> None:
-    script = tvm_kernels["tir_attention_decode"].script().replace("t0[0]", "t1[0]")
-    with pytest.raises(AttentionSoftcapError, match="tir_attention_decode has 0 score stores"):
-        capped_script("tir_attention_decode", script, CAP)
+def test_an_unknown_kernel_text_is_refused_by_name(kernels) -> None:
+    decode = "batch_decode_paged_kv"
+    script = kernels[True][decode].script().replace("t0[0]", "t1[0]")
+    with pytest.raises(AttentionSoftcapError, match=f"{decode} has 0 score stores"):
+        capped_script(decode, GPU_SCORE_STORES[decode], script, CAP)
     with pytest.raises(AttentionSoftcapError, match="none of TVM's paged-attention kernels"):
-        softcap_attention_kernels(tvm.IRModule({}), CAP)
+        softcap_attention_kernels(tvm.IRModule({}), CAP, gpu=False)
 
 
 # A prompt with a cached prefix and one alone, spanning several of our kernel's key tiles.
@@ -144,11 +144,10 @@ def _run_ragged(kernel, q, k, v, causal: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("causal", [1, 0])
-def test_capped_cpu_ragged_kernels_equal_softmax_over_capped_scores(
-    tvm_kernels, causal: int
-) -> None:
-    stock = tvm_kernels[KERNEL_NAME]
-    rewritten = softcap_attention_kernels(tvm.IRModule({KERNEL_NAME: stock}), CAP)[KERNEL_NAME]
+def test_capped_cpu_ragged_kernels_equal_softmax_over_capped_scores(kernels, causal: int) -> None:
+    stock = kernels[False][RAGGED]
+    module = tvm.IRModule({RAGGED: stock})
+    rewritten = softcap_attention_kernels(module, CAP, gpu=False)[RAGGED]
     ours = ragged_prefill_cpu(H_KV, H_Q, D, "float32", CAP)
     rng = np.random.default_rng(causal)
     # Raw scores of several times the cap, so an uncapped kernel is far off.

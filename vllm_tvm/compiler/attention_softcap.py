@@ -47,24 +47,27 @@ _GPU_TILE_SCORE = re.compile(
 _GPU_DECODE_SCORE = re.compile(r"^(?P<indent>\s*)(?P<lhs>S_local\[j\]) = (?P<value>t0\[0\])$")
 """GPU decode: the reduced dot product of a key inside the context."""
 
-SCORE_STORES: dict[str, re.Pattern[str]] = {
-    "tir_attention_prefill_cpu": _CPU_PAGED_SCORE,
-    "tir_attention_prefill_cpu_sliding_window": _CPU_PAGED_SCORE,
-    "tir_attention_decode_cpu": _CPU_PAGED_SCORE,
-    "tir_attention_decode_cpu_sliding_window": _CPU_PAGED_SCORE,
-    "tir_attention_prefill_with_tree_mask_with_paged_kv_cache_cpu": _CPU_PAGED_SCORE,
-    "tir_attention_prefill_ragged_cpu": _CPU_RAGGED_SCORE,
-    "tir_attention_prefill_with_tree_mask_cpu": _CPU_RAGGED_SCORE,
-    "tir_attention_prefill": _GPU_TILE_SCORE,
-    "tir_attention_prefill_sliding_window": _GPU_TILE_SCORE,
-    "tir_attention_prefill_ragged": _GPU_TILE_SCORE,
-    "tir_attention_prefill_with_tree_mask": _GPU_TILE_SCORE,
-    "tir_attention_prefill_with_tree_mask_with_paged_kv_cache": _GPU_TILE_SCORE,
-    "tir_attention_decode": _GPU_DECODE_SCORE,
-    "tir_attention_decode_sliding_window": _GPU_DECODE_SCORE,
+CPU_SCORE_STORES: dict[str, re.Pattern[str]] = {
+    "batch_prefill_paged_kv_cpu": _CPU_PAGED_SCORE,
+    "batch_prefill_paged_kv_cpu_sliding_window": _CPU_PAGED_SCORE,
+    "batch_decode_paged_kv_cpu": _CPU_PAGED_SCORE,
+    "batch_decode_paged_kv_cpu_sliding_window": _CPU_PAGED_SCORE,
+    "tree_attn_paged_kv_cpu": _CPU_PAGED_SCORE,
+    "batch_prefill_ragged_kv": _CPU_RAGGED_SCORE,
+    "batch_tree_attn": _CPU_RAGGED_SCORE,
 }
-"""Every attention kernel TVM's paged KV cache registers (by its name in the module), and
-the line that stores its score."""
+"""Every attention kernel TVM's paged KV cache registers on CPU (by its symbol), and the
+line that stores its score."""
+GPU_SCORE_STORES: dict[str, re.Pattern[str]] = {
+    "batch_prefill_paged_kv": _GPU_TILE_SCORE,
+    "batch_prefill_paged_kv_sliding_window": _GPU_TILE_SCORE,
+    "batch_prefill_ragged_kv": _GPU_TILE_SCORE,
+    "batch_tree_attn": _GPU_TILE_SCORE,
+    "tree_attn_paged_kv": _GPU_TILE_SCORE,
+    "batch_decode_paged_kv": _GPU_DECODE_SCORE,
+    "batch_decode_paged_kv_sliding_window": _GPU_DECODE_SCORE,
+}
+"""The same for its TIR GPU kernels (some share a symbol with a CPU kernel)."""
 
 
 _DECLARED_BUFFER = re.compile(r"^\s*(?P<name>\w+) = T\.Buffer\(")
@@ -96,9 +99,8 @@ def parseable_script(script: str) -> str:
     return "\n".join(kept)
 
 
-def capped_script(name: str, script: str, cap: float) -> str:
-    """The TVMScript of kernel `name` with its score store soft-capped at `cap`."""
-    pattern = SCORE_STORES[name]
+def capped_script(name: str, pattern: re.Pattern[str], script: str, cap: float) -> str:
+    """The TVMScript of kernel `name` with its score store (`pattern`) soft-capped at `cap`."""
     scaled_cap = f"T.float32({cap * LOG2E!r})"
     lines = []
     anchors = 0
@@ -119,18 +121,22 @@ def capped_script(name: str, script: str, cap: float) -> str:
     return "\n".join(lines)
 
 
-def softcap_attention_kernels(mod: tvm.IRModule, cap: float) -> tvm.IRModule:
-    """`mod` with every paged-attention kernel's scores soft-capped at `cap`."""
+def softcap_attention_kernels(mod: tvm.IRModule, cap: float, gpu: bool) -> tvm.IRModule:
+    """`mod` with the scores of every paged-attention kernel (the GPU kernels when `gpu`)
+    soft-capped at `cap`."""
+    stores = GPU_SCORE_STORES if gpu else CPU_SCORE_STORES
     found = 0
     for global_var, func in list(mod.functions_items()):
-        if global_var.name_hint not in SCORE_STORES or not isinstance(func, tirx.PrimFunc):
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None:
             continue
-        mod[global_var] = tvm.script.from_source(
-            capped_script(global_var.name_hint, func.script(), cap)
-        )
+        symbol = str(func.attrs.get("global_symbol", ""))
+        if symbol not in stores:
+            continue
+        script = capped_script(symbol, stores[symbol], func.script(), cap)
+        mod[global_var] = tvm.script.from_source(script)
         found += 1
     if not found:
         raise AttentionSoftcapError(
-            "the model has none of TVM's paged-attention kernels: " + ", ".join(SCORE_STORES)
+            "the model has none of TVM's paged-attention kernels: " + ", ".join(stores)
         )
     return mod

@@ -51,9 +51,9 @@ def _repair_sliding_window_pass(mod: tvm.IRModule, _context: object) -> tvm.IRMo
     return repair_sliding_window_prefill(mod)
 
 
-def _softcap_pass(cap: float) -> tvm.transform.Pass:
+def _softcap_pass(cap: float, target: tvm.target.Target) -> tvm.transform.Pass:
     return tvm.transform.module_pass(
-        lambda mod, _context: softcap_attention_kernels(mod, cap),
+        lambda mod, _context: softcap_attention_kernels(mod, cap, _is_gpu(target)),
         opt_level=0,
         name="SoftcapAttentionKernels",
     )
@@ -78,7 +78,7 @@ def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tv
         # TVM's paged-attention kernels take no attention-score cap (Gemma 2): their score
         # stores are rewritten (attention_softcap.py); uncapped models keep TVM's kernels.
         *(
-            [_softcap_pass(contents.attn_logit_softcapping)]
+            [_softcap_pass(contents.attn_logit_softcapping, target)]
             if contents.attn_logit_softcapping is not None
             else []
         ),
