@@ -11,6 +11,8 @@ import pytest
 import transformers
 
 from vllm_tvm.checkpoints.gguf_tensor_names import hf_tensor_name
+from vllm_tvm.compiler.attention import check_attention_softcap
+from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER, ATTENTION_TIR
 from vllm_tvm.model_defs.config import ModelConfigError, parse_llama_family_config
 
 SHAPE = {
@@ -80,9 +82,18 @@ def test_legacy_gelu_of_gemma_means_the_tanh_approximation() -> None:
     assert parse_llama_family_config(config).hidden_act == "gelu_pytorch_tanh"
 
 
-def test_gemma2_attention_softcapping_is_refused_by_name() -> None:
-    with pytest.raises(ModelConfigError, match=r"attn_logit_softcapping=50\.0"):
-        parse_llama_family_config(_hf_dict("Gemma2Config", "Gemma2ForCausalLM"))
+def test_attention_softcapping_is_read_for_gemma2_only() -> None:
+    gemma2 = parse_llama_family_config(_hf_dict("Gemma2Config", "Gemma2ForCausalLM"))
+    assert gemma2.attn_logit_softcapping == 50.0
+    gemma3 = _hf_dict("Gemma3TextConfig", "Gemma3ForCausalLM", attn_logit_softcapping=50.0)
+    assert parse_llama_family_config(gemma3).attn_logit_softcapping is None
+
+
+def test_flashinfer_with_attention_softcapping_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"'flashinfer' does not support attn_logit_softcapping"):
+        check_attention_softcap(ATTENTION_FLASHINFER, 50.0)
+    check_attention_softcap(ATTENTION_TIR, 50.0)
+    check_attention_softcap(ATTENTION_FLASHINFER, None)
 
 
 def test_bidirectional_gemma3_is_refused_by_name() -> None:

@@ -193,8 +193,8 @@ TINY_MODELS = {
             {"ffn_dim": 128, "word_embed_proj_dim": 64, "tie_word_embeddings": False},
         ),
         # Gemma: windows shorter than prompt + 40 new tokens, a final soft-cap that bites on
-        # these weights (attention soft-capping is refused), GQA, tied (Gemma 1/3) and
-        # untied (Gemma 2) heads.
+        # these weights (attention soft-capping: tests/test_attention_softcap.py), GQA, tied
+        # (Gemma 1/3) and untied (Gemma 2) heads.
         TinyModelSpec("gemma", "GemmaConfig", {"head_dim": 16}),
         TinyModelSpec(
             "gemma2_window_softcap",

@@ -62,6 +62,18 @@ def resolve_attention(attention: str, target_kind: str, dtype: str) -> str:
     return attention
 
 
+def check_attention_softcap(attention: str, attn_logit_softcapping: float | None) -> None:
+    """Refuse FlashInfer for a model with soft-capped attention scores: its kernels take a
+    cap in FlashInfer's own API, but TVM's KV cache does not pass one (`--attention tir`
+    has the cap: attention_softcap.py)."""
+    if attention == ATTENTION_FLASHINFER and attn_logit_softcapping is not None:
+        raise ValueError(
+            f"attention 'flashinfer' does not support attn_logit_softcapping="
+            f"{attn_logit_softcapping} (TVM's KV cache passes FlashInfer no cap); use "
+            "attention 'tir'"
+        )
+
+
 @contextlib.contextmanager
 def flashinfer_build_environment(arch: str, libcuda_stub: Path) -> Iterator[None]:
     """Environment for FlashInfer's JIT to build `arch` objects on a machine without a GPU.

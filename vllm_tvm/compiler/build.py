@@ -154,6 +154,7 @@ def build_library(exported: ExportedModel, request: CompileRequest) -> BuiltLibr
         metadata=library_metadata(exported.manifest),
         sliding_window=exported.manifest.model_config.get("sliding_window") is not None,
         fp8_gemm=_fp8_gemm(request),
+        attn_logit_softcapping=exported.manifest.model_config.get("attn_logit_softcapping"),
     )
     mod = rewrite_pipeline(target, contents)(exported.mod)
     extensions = [EXTENSION_NAME] if calls_cublaslt(mod) else []
@@ -166,7 +167,9 @@ def build_library(exported: ExportedModel, request: CompileRequest) -> BuiltLibr
     }
     with tvm.transform.PassContext(config=build_config):
         executable = build_relax_module(
-            mod, request.target, relax_pipeline=lowering_pipeline(target)
+            mod,
+            request.target,
+            relax_pipeline=lowering_pipeline(target, contents.attn_logit_softcapping),
         )
     return BuiltLibrary(executable, replace(exported.manifest, extensions=extensions))
 

@@ -19,7 +19,11 @@ import tvm
 import vllm_tvm
 from vllm_tvm.artifacts.manifest import Manifest
 from vllm_tvm.checkpoints.model_config import read_model_config
-from vllm_tvm.compiler.attention import cudart_link_options, flashinfer_build_environment
+from vllm_tvm.compiler.attention import (
+    check_attention_softcap,
+    cudart_link_options,
+    flashinfer_build_environment,
+)
 from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER
 from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
@@ -54,6 +58,8 @@ def export_model(request: CompileRequest) -> ExportedModel:
     config = read_model_config(request.model_path)
     family = family_for(config)
     model_config = family.parse_config(config)
+    softcap = getattr(model_config, "attn_logit_softcapping", None)  # llama-family only
+    check_attention_softcap(request.attention, softcap)
     target = request.target.make_target()
     model = family.build_model(model_config, request.dtype, target, attention=request.attention)
     apply_weight_formats(model, request.weight_formats)

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
+from vllm_tvm.compiler.attention_softcap import softcap_attention_kernels
 from vllm_tvm.compiler.backends import GEMM_CUBLASLT
 from vllm_tvm.compiler.fp8_gemm_dispatch import dispatch_fp8_gemms_pass
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_pass
 from vllm_tvm.compiler.library_metadata import AttachMetadata
 from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
 from vllm_tvm.compiler.sliding_window_kernel import repair_sliding_window_prefill
-from vllm_tvm.schedules.cpu_attention import ReplaceCPURaggedPrefill
+from vllm_tvm.schedules.cpu_attention import replace_cpu_ragged_prefill
 from vllm_tvm.schedules.rules import schedule_passes
 
 
@@ -41,6 +42,8 @@ class LibraryContents:
     fp8_gemm: bool = False
     """FP8 weights with one scale per row meet FP8 tensor cores: their run-time-row-count
     products go to cuBLASLt's FP8 GEMM (fp8_gemm_dispatch.py)."""
+    attn_logit_softcapping: float | None = None
+    """Gemma 2's attention-score cap, added to the paged-attention kernels; None: no cap."""
 
 
 def _is_gpu(target: tvm.target.Target) -> bool:
@@ -50,6 +53,14 @@ def _is_gpu(target: tvm.target.Target) -> bool:
 @tvm.transform.module_pass(opt_level=0, name="RepairSlidingWindowPrefill")
 def _repair_sliding_window_pass(mod: tvm.IRModule, _context: object) -> tvm.IRModule:
     return repair_sliding_window_prefill(mod)
+
+
+def _softcap_pass(cap: float, target: tvm.target.Target) -> tvm.transform.Pass:
+    return tvm.transform.module_pass(
+        lambda mod, _context: softcap_attention_kernels(mod, cap, _is_gpu(target)),
+        opt_level=0,
+        name="SoftcapAttentionKernels",
+    )
 
 
 def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tvm.transform.Pass:
@@ -70,16 +81,26 @@ def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tv
         # TVM 0.27's CPU sliding-window prefill kernel reads its softmax maximum before
         # writing it when a row's first cached key is outside the window (NaN rows).
         *([_repair_sliding_window_pass] if contents.sliding_window and not _is_gpu(target) else []),
+        # TVM's paged-attention kernels take no attention-score cap (Gemma 2): their score
+        # stores are rewritten (attention_softcap.py); uncapped models keep TVM's kernels.
+        *(
+            [_softcap_pass(contents.attn_logit_softcapping, target)]
+            if contents.attn_logit_softcapping is not None
+            else []
+        ),
     ]
     return tvm.transform.Sequential(passes, name="vllm_tvm_rewrites")
 
 
-def lowering_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """Phase 2: the module pass that lowers a model's library for `target`."""
+def lowering_pipeline(
+    target: tvm.target.Target, attn_logit_softcapping: float | None = None
+) -> tvm.transform.Pass:
+    """Phase 2: the module pass that lowers a model's library for `target` (its attention
+    scores soft-capped at `attn_logit_softcapping` when set)."""
     passes: list[tvm.transform.Pass] = [
         # TVM's CPU kernel for a prompt attending to itself runs on one thread and scores
         # masked keys: ours is parallel and tiled (cpu_attention.py).
-        *([] if _is_gpu(target) else [ReplaceCPURaggedPrefill]),
+        *([] if _is_gpu(target) else [replace_cpu_ragged_prefill(attn_logit_softcapping)]),
         # Sampling and sort/scan ops become target kernels (none are used by the model yet,
         # but they must dispatch before legalization if a later definition adds them).
         relax.backend.DispatchSampling(),

@@ -93,6 +93,9 @@ class LlamaFamilyConfig(ConfigRecord):
     """Gemma: attention logits are scaled by this ** -0.5 instead of head_dim ** -0.5."""
     final_logit_softcapping: float | None = None
     """Logits become cap * tanh(logits / cap)."""
+    attn_logit_softcapping: float | None = None
+    """Gemma 2: attention scores (q.k times the softmax scale) become cap * tanh(score /
+    cap) before the softmax (compiler/attention_softcap.py)."""
     layer_types: tuple[str, ...] = ()
     """Per layer `full_attention` or `sliding_attention` (`sliding_window` tokens); empty:
     every layer attends to the whole context."""

@@ -3,8 +3,8 @@
 Why apart from config.py: Gemma differs from Llama only in numerics switches ((1 + w)
 RMSNorm, sqrt(hidden)-scaled embeddings, GELU-tanh, sandwich norms, soft-capping,
 `query_pre_attn_scalar`, per-layer sliding windows, a separate RoPE base for the sliding
-layers). Gemma 2's attention-logit soft-capping is refused: TVM's paged-attention kernels
-compute the softmax inside and take no cap. Gemma 3 configs carry the key but transformers
+layers). Gemma 2's attention-logit soft-capping is compiled into the paged-attention
+kernels (compiler/attention_softcap.py). Gemma 3 configs carry the key but transformers
 does not apply it there, so neither does the model.
 
 The one model definition (llama.py) implements the switches; this module is the only place
@@ -89,13 +89,6 @@ def gemma_options(
         raise ModelConfigError(
             "unsupported use_bidirectional_attention=true; supported: causal attention"
         )
-    attn_cap = config.get("attn_logit_softcapping")
-    if architecture == "Gemma2ForCausalLM" and attn_cap is not None:
-        # TVM's paged-attention kernels compute the softmax inside; none takes a logit cap.
-        raise ModelConfigError(
-            f"unsupported attn_logit_softcapping={attn_cap}; supported: null (TVM's paged "
-            "attention kernels have no logit soft-capping)"
-        )
     hidden = int(config["hidden_size"])
     layers = int(config["num_hidden_layers"])
     options: dict[str, Any] = {
@@ -116,6 +109,11 @@ def gemma_options(
         sandwich_norms=True,
         query_pre_attn_scalar=float(config.get("query_pre_attn_scalar", 256)),
         final_logit_softcapping=_optional_float(config.get("final_logit_softcapping")),
+        attn_logit_softcapping=(
+            _optional_float(config.get("attn_logit_softcapping"))
+            if architecture == "Gemma2ForCausalLM"
+            else None
+        ),
         qk_norm=architecture != "Gemma2ForCausalLM",
         sliding_window=int(window) if sliding else None,
         layer_types=tuple(layer_types),

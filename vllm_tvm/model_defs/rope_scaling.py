@@ -19,7 +19,10 @@ the cache's own or the model's (rotary.py):
 - `longrope` factors: transformers rotates with `short_factor` while a sequence is within
   `original_max_position_embeddings` and switches every position to `long_factor` past it.
   The paged KV cache keeps keys rotated once, so only the short-factor regime can be exact:
-  the short factors are used and the context is capped at `original_max_position_embeddings`.
+  the short factors are used and the context is capped at `original_max_position_embeddings`
+  (a longer `max_model_len` is refused at load, naming longrope). vLLM picks one set per
+  engine instead (the long factors everywhere when its `max_model_len` exceeds the original
+  length); that mode would need a compile option and is not offered.
 - `partial_rotary_factor`: only the first `int(head_dim * factor)` channels rotate.
 
 Anything else is refused here, by name, before a compile starts.

@@ -16,7 +16,10 @@ super-linearly. Here, with the same signature and results:
 
 RoPE is applied before attention by the cache (`RopeMode.NORMAL`); an inline-RoPE call
 (`rotary_mode` 1) is refused by an assertion. `ReplaceCPURaggedPrefill` swaps the kernel into
-a model's module on `llvm` targets when the head dimension is a multiple of LANES.
+a model's module on `llvm` targets when the head dimension is a multiple of LANES;
+`replace_cpu_ragged_prefill(cap)` does so for a model whose attention scores are soft-capped
+(Gemma 2: each score s becomes cap * tanh(s / cap), as compiler/attention_softcap.py does in
+TVM's kernels).
 """
 
 from __future__ import annotations
@@ -51,8 +54,19 @@ def _key_row(
     return kv_indptr[b] + tile * TILE + j
 
 
-def ragged_prefill_cpu(h_kv: int, h_q: int, d: int, dtype: str) -> tvm.tirx.PrimFunc:
-    """The kernel for `h_q` query heads over `h_kv` key/value heads of dimension `d`."""
+def _soft_capped(score: tvm.tirx.PrimExpr, cap: float | None) -> tvm.tirx.PrimExpr:
+    """`score` (in log2 units) soft-capped at `cap` (in natural units); unchanged for None."""
+    if cap is None:
+        return score
+    scaled_cap = T.float32(cap * _LOG2E)
+    return scaled_cap * T.tanh(score / scaled_cap)
+
+
+def ragged_prefill_cpu(
+    h_kv: int, h_q: int, d: int, dtype: str, softcap: float | None = None
+) -> tvm.tirx.PrimFunc:
+    """The kernel for `h_q` query heads over `h_kv` key/value heads of dimension `d`, its
+    scores soft-capped at `softcap` when set."""
     if d % LANES:
         raise ValueError(f"head dimension {d} is not a multiple of {LANES}")
     group = h_q // h_kv
@@ -127,7 +141,9 @@ def ragged_prefill_cpu(h_kv: int, h_q: int, d: int, dtype: str) -> tvm.tirx.Prim
                                     state[3] = T.float32(0)
                                     for lane in T.unroll(LANES):
                                         state[3] += lanes[lane]
-                                    scores[j] = state[3] * T.float32(_LOG2E) * sm_scale
+                                    scores[j] = _soft_capped(
+                                        state[3] * T.float32(_LOG2E) * sm_scale, softcap
+                                    )
                                     state[2] = T.max(state[2], scores[j])
                             state[2] = T.max(state[0], state[2])  # the new running maximum
                             state[1] = state[1] * T.exp2(state[0] - state[2])
@@ -149,8 +165,7 @@ def ragged_prefill_cpu(h_kv: int, h_q: int, d: int, dtype: str) -> tvm.tirx.Prim
     return batch_prefill_ragged_kv
 
 
-@tvm.transform.module_pass(opt_level=0, name="ReplaceCPURaggedPrefill")
-def ReplaceCPURaggedPrefill(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+def _swap_ragged_prefill(mod: tvm.IRModule, softcap: float | None) -> tvm.IRModule:
     """Swap TVM's CPU ragged-prefill kernel for `ragged_prefill_cpu` where the shapes allow."""
     if KERNEL_NAME not in [gv.name_hint for gv in mod.get_global_vars()]:
         return mod
@@ -160,9 +175,22 @@ def ReplaceCPURaggedPrefill(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) 
     h_kv, d_v = int(k.shape[1]), int(v.shape[2])
     if d % LANES or d != d_v:
         return mod
-    kernel = ragged_prefill_cpu(h_kv, h_q, d, str(q.dtype))
+    kernel = ragged_prefill_cpu(h_kv, h_q, d, str(q.dtype), softcap)
     for key, value in (stock.attrs or {}).items():
         kernel = kernel.with_attr(key, value)
     updated = mod.clone()
     updated.update_func(updated.get_global_var(KERNEL_NAME), kernel)
     return updated
+
+
+def replace_cpu_ragged_prefill(softcap: float | None = None) -> tvm.transform.Pass:
+    """The swap as a pass, the kernel's scores soft-capped at `softcap` when set."""
+    return tvm.transform.module_pass(
+        lambda mod, _ctx: _swap_ragged_prefill(mod, softcap),
+        opt_level=0,
+        name="ReplaceCPURaggedPrefill",
+    )
+
+
+ReplaceCPURaggedPrefill = replace_cpu_ragged_prefill()
+"""The swap for models whose attention scores are not soft-capped."""

@@ -103,6 +103,7 @@ class ModelRunner:
         if max_model_len is not None and max_model_len > limit:
             raise ValueError(
                 f"max_model_len {max_model_len} exceeds the model's context limit {limit}"
+                + _limit_reason(self.config)
             )
         self.max_model_len = max_model_len or limit
         # A sliding layer windows the cached past but not the chunk being appended (TVM's
@@ -235,3 +236,14 @@ class ModelRunner:
     def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> np.ndarray:
         """`decode_logits`, copied to the host as a numpy array [batch, vocab]."""
         return self.decode_logits(seq_ids, token_ids).numpy()
+
+
+def _limit_reason(config: dict[str, Any]) -> str:
+    """Why a longrope model's limit is its original length (model_defs/rope_scaling.py)."""
+    if config.get("rope_type") != "longrope":
+        return ""
+    return (
+        " (longrope: past original_max_position_embeddings transformers rotates with the "
+        "long factors, which the paged cache cannot apply to keys already rotated with the "
+        "short ones)"
+    )
