@@ -80,7 +80,11 @@ def oracle_tokens(model_dir: Path, prompt_ids: list[list[int]], device: str) -> 
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    # Eager attention: transformers' reference path, the one that applies every score
+    # modifier (Gemma 2's soft-cap included) on any device.
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager"
+    ).to(device)
     model.eval()
     results = []
     with torch.no_grad():
@@ -189,7 +193,10 @@ def main() -> None:
         results.append(check_artifact(args.model, artifact, args.device, oracle if fp32 else None))
         results[-1]["transformers_tokens"] = oracle
         print(json.dumps({k: v for k, v in results[-1].items() if "tokens" not in k}))
-    args.out.write_text(json.dumps({"results": results}, indent=1))
+    import transformers
+
+    report = {"transformers": transformers.__version__, "results": results}
+    args.out.write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
