@@ -30,7 +30,10 @@ import tvm
 from tvm.script import tirx as T
 
 KERNEL_NAME = "tir_attention_prefill_ragged_cpu"
-"""The global TVM's paged KV cache registers its CPU ragged-prefill kernel under."""
+"""The name TVM's paged KV cache gives its CPU ragged-prefill kernel when it builds it."""
+
+KERNEL_SYMBOL = "batch_prefill_ragged_kv"
+"""That kernel's global symbol, which is also its name in an exported model's module."""
 
 TILE = 32
 """Keys scored before the softmax state is rescaled."""
@@ -166,10 +169,20 @@ def ragged_prefill_cpu(
 
 
 def _swap_ragged_prefill(mod: tvm.IRModule, softcap: float | None) -> tvm.IRModule:
-    """Swap TVM's CPU ragged-prefill kernel for `ragged_prefill_cpu` where the shapes allow."""
-    if KERNEL_NAME not in [gv.name_hint for gv in mod.get_global_vars()]:
+    """Swap TVM's CPU ragged-prefill kernel for `ragged_prefill_cpu` where the shapes allow.
+
+    The kernel is found by its global symbol: an exported model's module names it after the
+    symbol, TVM's KV-cache builder after KERNEL_NAME."""
+    found = [
+        gv
+        for gv, func in mod.functions_items()
+        if isinstance(func, tvm.tirx.PrimFunc)
+        and str((func.attrs or {}).get("global_symbol", "")) == KERNEL_SYMBOL
+    ]
+    if not found:
         return mod
-    stock = mod[KERNEL_NAME]
+    (global_var,) = found
+    stock = mod[global_var]
     q, k, v = stock.params[0], stock.params[2], stock.params[3]  # buffers, by signature
     h_q, d = int(q.shape[1]), int(q.shape[2])
     h_kv, d_v = int(k.shape[1]), int(v.shape[2])
@@ -179,7 +192,7 @@ def _swap_ragged_prefill(mod: tvm.IRModule, softcap: float | None) -> tvm.IRModu
     for key, value in (stock.attrs or {}).items():
         kernel = kernel.with_attr(key, value)
     updated = mod.clone()
-    updated.update_func(updated.get_global_var(KERNEL_NAME), kernel)
+    updated.update_func(updated.get_global_var(global_var.name_hint), kernel)
     return updated
 
 
