@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
@@ -24,6 +25,7 @@ from tiny_models import load_oracle
 from tokenizers import Tokenizer
 
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_tensor_names import SUPPORTED_ARCHITECTURES, accepted_tensor_names
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.compiler.build import make_request
@@ -135,11 +137,19 @@ def test_opt_is_refused_with_the_reason(tmp_path: Path) -> None:
 def test_phi3_attention_factor_other_than_transformers_is_refused(
     tiny_model_dir, tmp_path: Path
 ) -> None:
-    import gguf
-
     path = tmp_path / "phi3-factor.gguf"
     write_family_gguf(tiny_model_dir(FAMILIES["phi3"]), path)
     field = gguf.GGUFReader(path, "r+").fields["phi3.rope.scaling.attn_factor"]
     field.parts[field.data[0]][0] = 1.5
     with pytest.raises(ValueError, match=r"unsupported phi3\.rope\.scaling\.attn_factor 1\.5"):
         hf_config_from_gguf(path)
+
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHITECTURES)
+def test_every_tensor_name_read_is_one_llama_cpp_defines_for_the_architecture(arch: str) -> None:
+    model_arch = gguf.MODEL_ARCH[arch.upper()]
+    defined = {gguf.TENSOR_NAMES[t].replace("{bid}", "N") for t in gguf.MODEL_TENSORS[model_arch]}
+    # An untied head is read for every architecture; llama.cpp's Gemma 1/2 always tie it.
+    defined.add("output")
+    for name in accepted_tensor_names(arch):
+        assert name.rsplit(".", 1)[0] in defined, name

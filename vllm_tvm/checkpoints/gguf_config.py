@@ -106,7 +106,8 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     decimal that round-trips through float32, i.e. the value the original config.json had.
     ``torch_dtype`` is the float type of the file's weight matrices (``float16`` when they
     are all block-quantized: ggml's block scales are float16). The only tensor data read
-    is the small ``rope_freqs.weight`` of Llama 3.x files.
+    are the small RoPE factor tensors (Llama 3.x's ``rope_freqs.weight``, Phi-3's
+    ``rope_factors_long/short.weight``). Family-specific keys: gguf_family_config.py.
     """
     reader = check_gguf_supported(source)
     arch = architecture_of(reader)

@@ -181,13 +181,22 @@ def hf_tensor_name(gguf_name: str, arch: str) -> str:
     match = _BLOCK_NAME.fullmatch(gguf_name)
     block_tensors = _ARCH_BLOCK_TENSORS[arch]
     if match is None or match.group(2) not in block_tensors:
-        allowed = [*global_tensors, *(f"blk.N.{s}" for s in block_tensors)]
         raise ValueError(
             f"unsupported GGUF tensor {gguf_name!r} for architecture {arch!r}; "
-            f"supported: {', '.join(allowed)}"
+            f"supported: {', '.join(accepted_tensor_names(arch))}"
         )
     prefix = _ARCH_BLOCK_PREFIX.get(arch, "model.layers")
     return f"{prefix}.{int(match.group(1))}.{block_tensors[match.group(2)]}"
+
+
+def accepted_tensor_names(arch: str) -> list[str]:
+    """Every GGUF tensor name read for ``arch`` (``blk.N.`` standing for each block)."""
+    global_tensors = _ARCH_GLOBAL_TENSORS.get(arch, _GLOBAL_TENSORS)
+    return [
+        *global_tensors,
+        *_CONFIG_TENSORS.get(arch, ()),
+        *(f"blk.N.{s}" for s in _ARCH_BLOCK_TENSORS[arch]),
+    ]
 
 
 def is_config_tensor(gguf_name: str, arch: str) -> bool:
