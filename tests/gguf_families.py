@@ -50,8 +50,8 @@ def write_family_gguf(model_dir: Path, path: Path, qtype: Q = Q.F32) -> dict[str
         if tensor_type == Q.F32:
             expected[hf_name] = values
         else:
-            assert stored is values, f"{hf_name}: expected values of a reordered tensor"
-            expected[hf_name] = gguf.quants.dequantize(data, tensor_type).reshape(values.shape)
+            decoded = gguf.quants.dequantize(data, tensor_type).reshape(stored.shape)
+            expected[hf_name] = _as_hf_stores(arch, config, hf_name, decoded)
         name = gguf_name(hf_name, gguf.MODEL_ARCH[arch.upper()], layers)
         tensors.append(SynthTensor(name, data, tensor_type))
     metadata = {**_METADATA[arch](config), **_tokenizer_metadata(model_dir)}
@@ -69,6 +69,19 @@ def _as_llama_cpp_stores(
         heads = config["num_attention_heads" if "q_proj" in hf_name else "num_key_value_heads"]
         return llama_cpp_permute(values, heads)
     return values
+
+
+def _as_hf_stores(
+    arch: str, config: dict[str, Any], hf_name: str, stored: np.ndarray
+) -> np.ndarray:
+    """The inverse of `_as_llama_cpp_stores`."""
+    if arch == "gpt2" and hf_name.endswith(GPT2_CONV1D):
+        return np.ascontiguousarray(stored.T)
+    if arch == "granite" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+        heads = config["num_attention_heads" if "q_proj" in hf_name else "num_key_value_heads"]
+        half = stored.shape[0] // heads // 2
+        return stored.reshape(heads, half, 2, -1).swapaxes(1, 2).reshape(stored.shape)
+    return stored
 
 
 def _text_model(arch: str, c: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,11 @@ write it (gguf_families.py); transformers on the checkpoint is the oracle: the G
 must describe the same model, every tensor must come back equal, and our engine must give
 transformers' greedy tokens and prefill logits. Where transformers itself reads such a file
 (phi3, gpt2), its tensors are a second oracle, one that checks the writer's layout apart
-from our reader. One compile per family (F32) plus one for Phi-3 in Q8_0 kept quantized.
+from our reader. One compile per family (F32; the Phi-3, OLMo-2 and GPT-2 files describe
+their HF directory's model exactly, so in a whole run they reuse the artifact that
+test_generate_matches_transformers.py compiles) plus one for Phi-3 in Q8_0 kept quantized.
+Every tensor name the reader takes, for every supported architecture, must be one that
+llama.cpp defines for it (the `gguf` package's MODEL_TENSORS).
 """
 
 from __future__ import annotations
