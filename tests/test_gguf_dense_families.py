@@ -34,6 +34,7 @@ from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.model_defs.config import parse_llama_family_config
 from vllm_tvm.model_defs.registry import family_for
 from vllm_tvm.runtime.tokenization import load_tokenizer
 
@@ -157,3 +158,30 @@ def test_every_tensor_name_read_is_one_llama_cpp_defines_for_the_architecture(ar
     defined.add("output")
     for name in accepted_tensor_names(arch):
         assert name.rsplit(".", 1)[0] in defined, name
+
+
+def _granite_file(path: Path, **scales: float) -> Path:
+    metadata = {
+        "granite.block_count": 1,
+        "granite.context_length": 64,
+        "granite.embedding_length": 32,
+        "granite.feed_forward_length": 64,
+        "granite.attention.head_count": 2,
+        "granite.attention.layer_norm_rms_epsilon": 1e-5,
+        **{f"granite.{key.replace('__', '.')}": value for key, value in scales.items()},
+    }
+    table = np.zeros((8, 32), np.float32)
+    return write_gguf(path, "granite", metadata, [SynthTensor("token_embd.weight", table, Q.F32)])
+
+
+def test_granite_scales_left_out_read_as_llama_cpp_reads_them(tmp_path: Path) -> None:
+    # llama.cpp (src/models/granite.cpp): an absent attention scale is 1/sqrt(head size), an
+    # absent embedding or residual scale scales nothing, and logit_scale is required.
+    parsed = parse_llama_family_config(
+        hf_config_from_gguf(_granite_file(tmp_path / "g.gguf", logit_scale=4.0))
+    )
+    assert parsed.attention_scale == 16**-0.5
+    assert (parsed.embedding_scale, parsed.residual_multiplier) == (1.0, 1.0)
+    assert parsed.logits_scaling == 4.0
+    with pytest.raises(ValueError, match=r"lacks the metadata key 'granite\.logit_scale'"):
+        hf_config_from_gguf(_granite_file(tmp_path / "none.gguf", attention__scale=0.5))
