@@ -144,7 +144,7 @@ _ARCH_GLOBAL_TENSORS: dict[str, dict[str, str]] = {
 }
 _ARCH_BLOCK_PREFIX: dict[str, str] = {"gpt2": "transformer.h"}
 
-TRANSPOSED_TENSORS: dict[str, tuple[str, ...]] = {
+_TRANSPOSED_TENSORS: dict[str, tuple[str, ...]] = {
     "gpt2": tuple(f"{gguf}.weight" for gguf in ("attn_qkv", "attn_output", "ffn_up", "ffn_down")),
 }
 """Block tensors that llama.cpp's converter stores transposed against their HF layout
@@ -207,4 +207,4 @@ def is_config_tensor(gguf_name: str, arch: str) -> bool:
 def is_transposed(gguf_name: str, arch: str) -> bool:
     """Whether the file stores tensor ``gguf_name`` transposed against its HF layout."""
     match = _BLOCK_NAME.fullmatch(gguf_name)
-    return match is not None and match.group(2) in TRANSPOSED_TENSORS.get(arch, ())
+    return match is not None and match.group(2) in _TRANSPOSED_TENSORS.get(arch, ())
