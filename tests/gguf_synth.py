@@ -255,12 +255,13 @@ def convert(
     return out
 
 
-def load_with_transformers(path: Path) -> tuple[Any, dict[str, np.ndarray], str]:
-    """What transformers makes of a GGUF file: (config, float32 state dict, model class name)."""
+def load_with_transformers(path: Path, **options: Any) -> tuple[Any, dict[str, np.ndarray], str]:
+    """What transformers makes of a GGUF file: (config, float32 state dict, model class name);
+    `options` go to `from_pretrained`."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, **options
     )
     state = {name: t.detach().numpy() for name, t in model.state_dict().items()}
     return model.config, state, type(model).__name__

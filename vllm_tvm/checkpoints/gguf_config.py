@@ -17,15 +17,20 @@ from typing import Any
 
 from gguf import GGMLQuantizationType
 
+from vllm_tvm.checkpoints.gguf_family_config import (
+    FAMILY_OPTIONS,
+    PARTIAL_ROTARY_ARCHITECTURES,
+    gpt2_config,
+)
 from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import MISSING, GGUFSource, metadata_field, open_gguf
 from vllm_tvm.checkpoints.gguf_rope_scaling import rope_scaling_config
 from vllm_tvm.checkpoints.gguf_tensor_names import (
     GEMMA_ARCHITECTURES,
-    ROPE_FREQS_TENSOR,
     SUPPORTED_ARCHITECTURES,
     architecture_of,
     hf_tensor_name,
+    is_config_tensor,
 )
 
 SUPPORTED_QUANT_TYPES: tuple[GGMLQuantizationType, ...] = (
@@ -74,7 +79,7 @@ def check_gguf_supported(source: GGUFSource) -> GGUFFile:
         )
 
     for tensor in reader.tensors:
-        if tensor.name == ROPE_FREQS_TENSOR and arch == "llama":
+        if is_config_tensor(tensor.name, arch):
             continue
         hf_tensor_name(tensor.name, arch)
     return reader
@@ -83,14 +88,14 @@ def check_gguf_supported(source: GGUFSource) -> GGUFFile:
 def gguf_tensor_types(source: GGUFSource) -> dict[str, str]:
     """ggml type name (``Q4_1``, ``F32`` ...) of every weight tensor, by HF tensor name.
 
-    Reads tensor infos only (``rope_freqs.weight``, not a weight, is left out).
+    Reads tensor infos only (RoPE factor tensors, not weights, are left out).
     """
     reader = open_gguf(source)
     arch = architecture_of(reader)
     return {
         hf_tensor_name(t.name, arch): GGMLQuantizationType(t.tensor_type).name
         for t in reader.tensors
-        if t.name != ROPE_FREQS_TENSOR
+        if not is_config_tensor(t.name, arch)
     }
 
 
@@ -101,7 +106,8 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     decimal that round-trips through float32, i.e. the value the original config.json had.
     ``torch_dtype`` is the float type of the file's weight matrices (``float16`` when they
     are all block-quantized: ggml's block scales are float16). The only tensor data read
-    is the small ``rope_freqs.weight`` of Llama 3.x files.
+    are the small RoPE factor tensors (Llama 3.x's ``rope_freqs.weight``, Phi-3's
+    ``rope_factors_long/short.weight``). Family-specific keys: gguf_family_config.py.
     """
     reader = check_gguf_supported(source)
     arch = architecture_of(reader)
@@ -110,18 +116,35 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     def key(name: str, default: Any = MISSING) -> Any:
         return metadata_field(reader, f"{arch}.{name}", default)
 
+    if "token_embd.weight" not in tensors:
+        raise ValueError("GGUF file lacks the tensor 'token_embd.weight'")
+    config: dict[str, Any] = {
+        "architectures": [SUPPORTED_ARCHITECTURES[arch]],
+        "model_type": arch,
+        "vocab_size": int(tensors["token_embd.weight"].shape[-1]),
+        "tie_word_embeddings": "output.weight" not in tensors,
+        "torch_dtype": _torch_dtype(reader),
+        **(gpt2_config(key) if arch == "gpt2" else _decoder_config(reader, arch, key)),
+    }
+    for gguf_key, hf_key in (
+        ("tokenizer.ggml.bos_token_id", "bos_token_id"),
+        ("tokenizer.ggml.eos_token_id", "eos_token_id"),
+        ("tokenizer.ggml.padding_token_id", "pad_token_id"),
+    ):
+        value = metadata_field(reader, gguf_key, None)
+        if value is not None:
+            config[hf_key] = value
+    return config
+
+
+def _decoder_config(reader: GGUFFile, arch: str, key: Callable[..., Any]) -> dict[str, Any]:
+    """The keys of a RoPE decoder with RMSNorm (the Llama-shaped families)."""
     hidden_size = _uniform(key("embedding_length"), "embedding_length")
     num_heads = _uniform(key("attention.head_count"), "attention.head_count")
     num_kv_heads = _uniform(key("attention.head_count_kv", num_heads), "attention.head_count_kv")
     head_dim = _head_dim(reader, arch, hidden_size, num_heads)
     rope_theta = float(key("rope.freq_base", 10000.0))
-    if "token_embd.weight" not in tensors:
-        raise ValueError("GGUF file lacks the tensor 'token_embd.weight'")
-    vocab_size = int(tensors["token_embd.weight"].shape[-1])
-
     config: dict[str, Any] = {
-        "architectures": [SUPPORTED_ARCHITECTURES[arch]],
-        "model_type": arch,
         "hidden_size": hidden_size,
         "intermediate_size": _uniform(key("feed_forward_length"), "feed_forward_length"),
         "num_hidden_layers": key("block_count"),
@@ -132,24 +155,15 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
         "rms_norm_eps": key("attention.layer_norm_rms_epsilon"),
         "rope_theta": rope_theta,
         "max_position_embeddings": key("context_length"),
-        "vocab_size": vocab_size,
-        "tie_word_embeddings": "output.weight" not in tensors,
-        "attention_bias": "blk.0.attn_q.bias" in tensors,
-        "torch_dtype": _torch_dtype(reader),
+        "attention_bias": "blk.0.attn_q.bias" in {t.name for t in reader.tensors},
     }
     if arch in GEMMA_ARCHITECTURES:
         config.update(_gemma_config(key))
     rope_scaling = rope_scaling_config(reader, arch, head_dim, rope_theta)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling
-    for gguf_key, hf_key in (
-        ("tokenizer.ggml.bos_token_id", "bos_token_id"),
-        ("tokenizer.ggml.eos_token_id", "eos_token_id"),
-        ("tokenizer.ggml.padding_token_id", "pad_token_id"),
-    ):
-        value = metadata_field(reader, gguf_key, None)
-        if value is not None:
-            config[hf_key] = value
+    if arch in FAMILY_OPTIONS:
+        config.update(FAMILY_OPTIONS[arch](reader, key, config))
     return config
 
 
@@ -183,12 +197,15 @@ def _uniform(value: Any, name: str) -> int:
 def _head_dim(reader: GGUFFile, arch: str, hidden_size: int, num_heads: int) -> int:
     """Attention head size: ``attention.key_length``, else the rotary size, else hidden/heads.
 
-    The model definitions rotate the whole head, so a rotary size smaller than the head
-    (partial rotary) or keys and values of different sizes are refused.
+    Keys and values of different sizes are refused, and so is a rotary size smaller than
+    the head (partial rotary) outside the architectures that have one (there the head size
+    is ``attention.key_length`` or hidden/heads, as llama.cpp reads it).
     """
     key_length = metadata_field(reader, f"{arch}.attention.key_length", None)
     value_length = metadata_field(reader, f"{arch}.attention.value_length", key_length)
     rope_dims = metadata_field(reader, f"{arch}.rope.dimension_count", None)
+    if arch in PARTIAL_ROTARY_ARCHITECTURES:
+        rope_dims = None
     head_dim = key_length or rope_dims or hidden_size // num_heads
     if value_length is not None and value_length != head_dim:
         raise ValueError(

@@ -3,12 +3,13 @@
 Why this exists: the runtime and compiler consume weights the way a transformers checkpoint
 holds them (``model.layers.N.self_attn.q_proj.weight``, ``[out, in]``). A GGUF file stores
 them under llama.cpp names, in ggml's reversed shape order, block-quantized, and, for the
-``llama`` architecture, with the rows of Q and K reordered by llama.cpp's converter for its
-interleaved rotary embedding. This class hides all of that: it maps names, dequantizes one
-tensor at a time on demand with the ``gguf`` package (straight from the file's memory map,
-never copying the file) and puts Q/K rows back in HF order. ``raw`` exposes the still
-quantized blocks (rows in HF order too) for kernels that dequantize on the fly. Gemma's
-norm weights come back as HF stores them (llama.cpp adds 1 to them).
+``llama`` and ``granite`` architectures, with the rows of Q and K reordered by llama.cpp's
+converter for its interleaved rotary embedding. This class hides all of that: it maps names,
+dequantizes one tensor at a time on demand with the ``gguf`` package (straight from the
+file's memory map, never copying the file) and puts Q/K rows back in HF order. ``raw``
+exposes the still quantized blocks (rows in HF order too) for kernels that dequantize on the
+fly. Gemma's norm weights come back as HF stores them (llama.cpp adds 1 to them), and
+GPT-2's ``Conv1D`` weights in HF's [in, out] (the converter transposes them).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
     GEMMA_ARCHITECTURES,
-    ROPE_FREQS_TENSOR,
+    PERMUTED_QK_ARCHITECTURES,
     architecture_of,
     hf_tensor_name,
+    is_config_tensor,
+    is_transposed,
 )
 
 
@@ -60,12 +63,14 @@ class GGUFWeights:
         self.path: Path | None = None if isinstance(source, GGUFFile) else Path(source)
         self.config: dict[str, Any] = hf_config_from_gguf(reader)
         arch = architecture_of(reader)
-        self._tensors: dict[str, GGUFTensor] = {
-            hf_tensor_name(t.name, arch): t for t in reader.tensors if t.name != ROPE_FREQS_TENSOR
+        weights = [t for t in reader.tensors if not is_config_tensor(t.name, arch)]
+        self._tensors: dict[str, GGUFTensor] = {hf_tensor_name(t.name, arch): t for t in weights}
+        self._transposed = {
+            hf_tensor_name(t.name, arch) for t in weights if is_transposed(t.name, arch)
         }
         self._norm_offset = 1.0 if arch in GEMMA_ARCHITECTURES else 0.0
         self._heads: dict[str, int] = {}
-        if arch == "llama":
+        if arch in PERMUTED_QK_ARCHITECTURES:
             self._heads = {
                 "q_proj": self.config["num_attention_heads"],
                 "k_proj": self.config["num_key_value_heads"],
@@ -77,6 +82,11 @@ class GGUFWeights:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """Logical HF shape of tensor ``name`` (``[out, in]`` for linear weights)."""
+        stored = self._stored_shape(name)
+        return tuple(reversed(stored)) if name in self._transposed else stored
+
+    def _stored_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of tensor ``name`` in the file, in row-major (torch) order."""
         return tuple(int(d) for d in reversed(self._tensor(name).shape))
 
     def quant_type(self, name: str) -> GGMLQuantizationType:
@@ -86,7 +96,9 @@ class GGUFWeights:
     def get(self, name: str, dtype: npt.DTypeLike = "float32") -> np.ndarray:
         """Tensor ``name`` dequantized to ``dtype``, in HF layout, as a fresh array."""
         tensor = self._tensor(name)
-        values = dequantize(tensor.data, tensor.tensor_type).reshape(self.shape(name))
+        values = dequantize(tensor.data, tensor.tensor_type).reshape(self._stored_shape(name))
+        if name in self._transposed:
+            values = values.T
         order = self._hf_row_order(name)
         if order is not None:
             values = values[order]
@@ -98,8 +110,15 @@ class GGUFWeights:
         """Tensor ``name`` still quantized: its block bytes, quant type and HF shape.
 
         Without a row reordering this is a view of the file's memory map; Q/K weights of
-        ``llama`` files are gathered into HF row order (a copy of that tensor only).
+        ``llama`` and ``granite`` files are gathered into HF row order (a copy of that tensor
+        only). A tensor stored transposed against HF (GPT-2's ``Conv1D``) has no block rows in
+        HF order and is refused: it is read dequantized (``get``).
         """
+        if name in self._transposed:
+            raise ValueError(
+                f"{name} is stored transposed against its HF layout; its blocks cannot be "
+                "kept quantized (it is read dequantized)"
+            )
         tensor = self._tensor(name)
         shape = self.shape(name)
         data = tensor.data.view(np.uint8)
