@@ -5,10 +5,10 @@ benchmarks/h200_moe_check.py needs is made here (nvcc, no GPU) and carried there
 
     PYTHONPATH=. .venv/bin/python scripts/build_moe_cuda_artifacts.py --out .device/moe
 
-Layout under `--out` (.device/ is gitignored; about 20 MiB for the default set):
-`<model>/model/` the tiny random HF checkpoint (tests/tiny_models.py, seed 0) and
-`<model>/<dtype>/` its artifact for `--target` (float32, and bfloat16 with TIR GEMMs, so the
-check does not depend on the cuBLASLt extension).
+Layout under `--out` (.device/ is gitignored): `<model>/model/` the tiny random HF
+checkpoint (tests/tiny_models.py, seed 0) and `<model>/<dtype>/` its artifact for `--target`
+(float32, and bfloat16 with TIR GEMMs, so the check does not depend on the cuBLASLt
+extension). The default set is 13 MiB; it built in 11 minutes on a loaded 2-core machine.
 """
 
 from __future__ import annotations

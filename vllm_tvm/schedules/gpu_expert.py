@@ -7,14 +7,13 @@ a serial reduction. Both schedules here reduce each output over the input featur
 warp (32 lanes, each summing a strided share in fp32, then a warp all-reduce), so a weight
 row is read once, contiguously, per output row:
 
-- decode (one token per sequence): one sorted pair per block row; the
-  block's warps take consecutive output features of that pair's expert, so a step reads
-  exactly the chosen experts' rows and nothing else;
-- prefill: a block takes GROUPED_ROWS consecutive sorted pairs. The
-  pairs are sorted by expert, so the rows of a block nearly always belong to one expert and
-  the block's slice of that expert's weights is fetched from memory once and re-read from
-  the cache by its other rows: tokens grouped by expert, the weights of one expert shared by
-  its tokens (no shared-memory staging and no tensor cores; correctness first).
+- decode (one token per sequence): a block takes one sorted pair and WARPS consecutive
+  output features of that pair's expert, so a step reads exactly the chosen experts' rows;
+- prefill: a block takes GROUPED_ROWS consecutive sorted pairs. The pairs are sorted by
+  expert, so a block's rows nearly always belong to one expert, whose weight slice is
+  fetched from memory once and re-read from the cache by the block's other rows: tokens
+  grouped by expert share their expert's weights (no shared-memory staging and no tensor
+  cores: correctness first, nothing measured yet).
 
 The phase is the product block's EXPERT_PHASE annotation (moe.py sets it from the static
 row shape of the step).
