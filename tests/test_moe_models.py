@@ -128,7 +128,7 @@ def test_an_expert_model_for_a_gpu_target_is_refused_by_name() -> None:
             "num_experts_per_tok": 2,
         }
     )
-    target = resolve_target("cuda").make_target()
+    target = resolve_target("rocm").make_target()
     with pytest.raises(ModelConfigError, match="MixtralForCausalLM compiles for CPU"):
         MoEForCausalLM(config, "float16", target)
 

@@ -30,8 +30,8 @@ from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache
 from vllm_tvm.model_defs.deepseek_config import DeepseekConfig
 from vllm_tvm.model_defs.layers import ACCUMULATION_DTYPE, NTLinear, nt_matmul
 from vllm_tvm.model_defs.llama import LlamaMLP
-from vllm_tvm.model_defs.mla_cache import CPUMLAPagedKVCache
-from vllm_tvm.model_defs.moe import MoEForCausalLM, StackedExperts
+from vllm_tvm.model_defs.mla_cache import mla_paged_kv_cache
+from vllm_tvm.model_defs.moe import MoEForCausalLM, StackedExperts, one_token_each
 
 PREFILL, EXTEND, DECODE = "prefill", "extend", "decode"
 
@@ -250,7 +250,11 @@ class DeepseekMoE(nn.Module):
         tokens = op.reshape(hidden, (batch * seq_len, width))
         weights, chosen = self._route(tokens)
         out = self.experts(
-            tokens, chosen, weights.astype(hidden.dtype), self.config.num_experts_per_tok
+            tokens,
+            chosen,
+            weights.astype(hidden.dtype),
+            self.config.num_experts_per_tok,
+            one_token_each(hidden),
         )
         if self.shared_experts is not None:
             out = out + self.shared_experts(tokens)
@@ -321,7 +325,8 @@ class DeepseekForCausalLM(MoEForCausalLM):
         support_sliding_window: tirx.Var,
     ) -> PagedKVCache:
         cfg = self.config
-        return CPUMLAPagedKVCache(
+        return mla_paged_kv_cache(
+            self.target,
             max_batch_size,
             max_total_seq_len,
             prefill_chunk_size,

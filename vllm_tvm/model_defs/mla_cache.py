@@ -1,4 +1,4 @@
-"""TVM's paged KV cache in its multi-head latent attention (MLA) mode, on CPU.
+"""TVM's paged KV cache in its multi-head latent attention (MLA) mode, on CPU and CUDA.
 
 Why: an MLA model (DeepSeek-V2/V3) caches per token and layer only the compressed latent
 (kv_lora_rank) and the shared rope key (qk_rope_head_dim), not full keys and values.
@@ -17,6 +17,9 @@ deepseek.py): when every sequence appends one token the runtime appends before a
 and `cross_attention` sees the new tokens too (decode: cross only); otherwise the cache
 pages hold only what was there before the forward (first chunk: self only; later chunks:
 self + cross, merged).
+
+On CUDA TVM's own wrapper (`TIRPagedKVCache` in MLA mode) has every kernel, in TIR: the
+same runtime object with GPU kernels (`mla_paged_kv_cache` picks per target).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tvm import tirx
 from tvm.relax.frontend.nn.llm.kv_cache import (
     PagedKVCache,
     RopeMode,
+    TIRPagedKVCache,
     _attention_prefill_ragged_cpu,
     _compact_kv_copy_cpu,
     _kv_cache_debug_get_kv_mla,
@@ -37,6 +41,7 @@ from tvm.relax.frontend.nn.llm.kv_cache import (
     llama_rope_with_position_map,
 )
 from tvm.script import tirx as T
+from tvm.target import Target
 
 PAGE_SIZE = 16
 """Tokens per page: the page size TVM's append kernel is built for (runtime: COMPILED_PAGE_SIZE)."""
@@ -248,3 +253,62 @@ class CPUMLAPagedKVCache(PagedKVCache):
             ),
             _name="paged_kv_cache",
         )
+
+
+def mla_paged_kv_cache(
+    target: Target,
+    max_batch_size: tirx.Var,
+    max_total_seq_len: tirx.Var,
+    prefill_chunk_size: tirx.Var,
+    page_size: tirx.Var,
+    support_sliding_window: tirx.Var,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    kv_lora_rank: int,
+    qk_rope_head_dim: int,
+    qk_nope_head_dim: int,
+    v_head_dim: int,
+    dtype: str,
+) -> PagedKVCache:
+    """The MLA cache with `target`'s kernels: ours on CPU, TVM's TIR kernels on CUDA."""
+    if target.kind.name == "llvm":
+        return CPUMLAPagedKVCache(
+            max_batch_size,
+            max_total_seq_len,
+            prefill_chunk_size,
+            page_size,
+            support_sliding_window,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            kv_lora_rank=kv_lora_rank,
+            qk_rope_head_dim=qk_rope_head_dim,
+            qk_nope_head_dim=qk_nope_head_dim,
+            v_head_dim=v_head_dim,
+            dtype=dtype,
+        )
+    width = kv_lora_rank + qk_rope_head_dim
+    return TIRPagedKVCache(
+        attn_kind="mla",
+        max_batch_size=max_batch_size,
+        max_total_seq_len=max_total_seq_len,
+        prefill_chunk_size=prefill_chunk_size,
+        page_size=page_size,
+        support_sliding_window=support_sliding_window,
+        layer_partition=rx.ShapeExpr([0, num_hidden_layers]),
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=1,  # one latent "head" per token
+        qk_head_dim=width,
+        v_head_dim=kv_lora_rank,
+        mla_original_qk_head_dim=qk_nope_head_dim + qk_rope_head_dim,
+        mla_original_v_head_dim=v_head_dim,
+        rope_mode=RopeMode.NONE,  # the model applies RoPE itself
+        rope_scale=1,
+        rope_theta=10000,
+        rope_scaling={},
+        rope_ext_factors=rx.prim_value(0),
+        rotary_dim=width,
+        enable_disaggregation=False,
+        dtype=dtype,
+        target=target,
+    )

@@ -10,7 +10,9 @@ of the experts its tokens chose:
    its own expert only, gathering the token's hidden row by index. The CPU matmul rule
    (schedules/cpu_matmul.py) runs it feature block by feature block over the sorted rows, so
    in prefill one expert's weight block is reused by all its tokens while it is in cache,
-   and a decode step touches k experts per token and nothing else;
+   and a decode step touches k experts per token and nothing else. On CUDA the products
+   carry their phase (EXPERT_PHASE) for schedules/gpu_expert.py: a warp gather-GEMV per
+   sorted pair in decode, blocks of consecutive sorted pairs (one expert's rows) in prefill;
 4. the rows are weighted and summed back per token through the inverse permutation.
 
 Expert weights are stacked once, at load, into one [experts * rows, in] matrix per
@@ -42,6 +44,18 @@ SHARED_EXPERT_NAMES = ("shared_expert", "shared_experts")
 """HF names of the always-on expert (Qwen2-MoE) / experts (DeepSeek)."""
 SHARED_GATE_UP = ("gate_proj", "up_proj")
 """The checkpoint tensors of the shared expert's fused gate/up projection."""
+EXPERT_PHASE = "vllm_tvm.expert_phase"
+"""Block annotation of an expert product: DECODE or PREFILL (schedules/gpu_expert.py reads
+it; an annotation, not a name, since TVM merges functions equal but for their names)."""
+DECODE, PREFILL = "decode", "prefill"
+EXPERT_TARGET_KINDS = ("llvm", "cuda")
+"""Target kinds whose expert kernels are built and checked."""
+
+
+def one_token_each(hidden: Tensor) -> bool:
+    """hidden [batch, seq_len, H] is a decode step: seq_len is the static 1."""
+    seq_len = hidden.shape[1]
+    return isinstance(seq_len, int | tirx.IntImm) and int(seq_len) == 1
 
 
 def _expert_nt_matmul(
@@ -52,13 +66,14 @@ def _expert_nt_matmul(
     top_k: int,
     features: int,
     gather_tokens: bool,
+    phase: str,
 ) -> te.Tensor:
     """out[r, n] = sum_k x[row(r), k] * weight[expert(r) * features + n, k], fp32 sums.
 
     Pair r of the expert-sorted order is slot `order[r]` of the flattened [tokens, top_k]
     choice; its expert is `experts[order[r]]`, its token row `order[r] // top_k` when
     `gather_tokens` (the first projection reads token rows), else r (the rows are already
-    in sorted order)."""
+    in sorted order). The product's block carries EXPERT_PHASE: `phase` (GPU schedules differ)."""
     reduce_len = x.shape[-1]
     k = te.reduce_axis((0, reduce_len), name="k")
 
@@ -71,7 +86,12 @@ def _expert_nt_matmul(
             axis=k,
         )
 
-    acc = te.compute((order.shape[0], features), dot, name="expert_nt_matmul_acc")
+    acc = te.compute(
+        (order.shape[0], features),
+        dot,
+        name="expert_nt_matmul_acc",
+        attrs={EXPERT_PHASE: phase},
+    )
     if x.dtype == ACCUMULATION_DTYPE:
         return acc
     return te.compute(acc.shape, lambda *i: acc[i].astype(x.dtype), name="expert_nt_matmul")
@@ -103,18 +123,25 @@ class StackedExperts(nn.Module):
         self.gate_up_proj = nn.Parameter((experts * 2 * self.intermediate, self.hidden), dtype)
         self.down_proj = nn.Parameter((experts * self.hidden, self.intermediate), dtype)
 
-    def forward(self, tokens: Tensor, chosen: Tensor, weights: Tensor, top_k: int) -> Tensor:
-        """tokens [T, H], chosen experts [T, top_k] int32, their weights [T, top_k]."""
+    def forward(
+        self, tokens: Tensor, chosen: Tensor, weights: Tensor, top_k: int, decode: bool
+    ) -> Tensor:
+        """tokens [T, H], chosen experts [T, top_k] int32, their weights [T, top_k]; `decode`:
+        one token per sequence (the GPU schedules a gather-GEMV, else tokens grouped by
+        expert)."""
+        phase = DECODE if decode else PREFILL
         slots = op.reshape(chosen, (chosen.shape[0] * top_k,))
         order = op.argsort(slots, dtype="int32")
         gate_up = op.tensor_expr_op(
-            lambda x, w, o, e: _expert_nt_matmul(x, w, o, e, top_k, 2 * self.intermediate, True),
+            lambda x, w, o, e: _expert_nt_matmul(
+                x, w, o, e, top_k, 2 * self.intermediate, True, phase
+            ),
             "expert_nt_matmul",
             [tokens, self.gate_up_proj, order, slots],
         )
         gate, up = op.split(gate_up, 2, axis=-1)
         down = op.tensor_expr_op(
-            lambda x, w, o, e: _expert_nt_matmul(x, w, o, e, top_k, self.hidden, False),
+            lambda x, w, o, e: _expert_nt_matmul(x, w, o, e, top_k, self.hidden, False, phase),
             "expert_nt_matmul",
             [op.silu(gate) * up, self.down_proj, order, slots],
         )
@@ -144,7 +171,9 @@ class SparseMoE(nn.Module):
         weights, chosen = op.topk(probs, self.top_k, axis=-1, ret_type="both", dtype="int32")
         if self.norm_topk_prob:
             weights = weights / op.sum(weights, axis=-1, keepdims=True)
-        out = self.experts(tokens, chosen, weights.astype(hidden.dtype), self.top_k)
+        out = self.experts(
+            tokens, chosen, weights.astype(hidden.dtype), self.top_k, one_token_each(hidden)
+        )
         if self.shared_expert is not None:
             out = out + op.sigmoid(self.shared_expert_gate(tokens)) * self.shared_expert(tokens)
         return op.reshape(out, (batch, seq_len, width))
@@ -175,10 +204,10 @@ class MoEForCausalLM(LlamaForCausalLM):
     def __init__(
         self, config: MoEConfig, dtype: str, target: Target, attention: str = "tir"
     ) -> None:
-        if target.kind.name != "llvm":
+        if target.kind.name not in EXPERT_TARGET_KINDS:
             raise ModelConfigError(
-                f"{config.architecture} compiles for CPU (llvm) only; expert kernels for "
-                f"'{target.kind.name}' are not built yet"
+                f"{config.architecture} compiles for CPU (llvm) and CUDA only; expert kernels "
+                f"for '{target.kind.name}' are not built yet"
             )
         super().__init__(config, dtype, target, attention)
 

@@ -1,10 +1,11 @@
 """Per-target schedule rules applied to every fused TIR function after legalization.
 
-GPU targets use dlight's rule list (GEMV for decode, Matmul for prefill, reductions for
-norms/softmax, a fallback for the rest). CPU targets schedule only the NT matmuls (see
-cpu_matmul.py; 5x faster decode measured on a 0.5B model; cpu_quant_matmul.py for those
-over quantized weights); everything else keeps LLVM's default lowering. dlight's own CPU
-GEMV rule vectorises across output rows, which on the NT layout made LLVM spend minutes on
+GPU targets use the expert products' own rule (gpu_expert.py), then dlight's rule list
+(GEMV for decode, Matmul for prefill, reductions for norms/softmax, a fallback for the
+rest). CPU targets schedule only the NT matmuls (see cpu_matmul.py; 5x faster decode
+measured on a 0.5B model; cpu_quant_matmul.py for those over quantized weights);
+everything else keeps LLVM's default lowering. dlight's own CPU GEMV rule vectorises
+across output rows, which on the NT layout made LLVM spend minutes on
 one function and ran slower than unscheduled code.
 """
 
@@ -16,6 +17,7 @@ from tvm.s_tir import dlight as dl
 from vllm_tvm.schedules.cpu_matmul import CPUNTMatmul
 from vllm_tvm.schedules.cpu_quant_matmul import CPUQuantNTMatmul
 from vllm_tvm.schedules.gpu_decode import DecodeLowBatchGEMV
+from vllm_tvm.schedules.gpu_expert import ExpertMatmul
 
 
 def schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
@@ -25,6 +27,8 @@ def schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
         return [dl.ApplyDefaultSchedule(CPUQuantNTMatmul(), CPUNTMatmul())]
     return [
         dl.ApplyDefaultSchedule(
+            # Expert products read weights through the routing tensor (see gpu_expert.py).
+            ExpertMatmul(),
             # Decode's [batch_size, 1, k] x [n, k]^T goes to LowBatchGEMV (see gpu_decode.py).
             DecodeLowBatchGEMV(),
             dl.gpu.Matmul(),
