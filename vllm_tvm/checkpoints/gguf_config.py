@@ -17,6 +17,7 @@ from typing import Any
 
 from gguf import GGMLQuantizationType
 
+from vllm_tvm.checkpoints.gguf_expert_config import deepseek2_config, expert_config
 from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import MISSING, GGUFSource, metadata_field, open_gguf
 from vllm_tvm.checkpoints.gguf_rope_scaling import rope_scaling_config
@@ -25,6 +26,7 @@ from vllm_tvm.checkpoints.gguf_tensor_names import (
     ROPE_FREQS_TENSOR,
     SUPPORTED_ARCHITECTURES,
     architecture_of,
+    hf_tensor_index,
     hf_tensor_name,
 )
 
@@ -77,6 +79,7 @@ def check_gguf_supported(source: GGUFSource) -> GGUFFile:
         if tensor.name == ROPE_FREQS_TENSOR and arch == "llama":
             continue
         hf_tensor_name(tensor.name, arch)
+    hf_tensor_index(reader, arch)
     return reader
 
 
@@ -86,11 +89,9 @@ def gguf_tensor_types(source: GGUFSource) -> dict[str, str]:
     Reads tensor infos only (``rope_freqs.weight``, not a weight, is left out).
     """
     reader = open_gguf(source)
-    arch = architecture_of(reader)
     return {
-        hf_tensor_name(t.name, arch): GGMLQuantizationType(t.tensor_type).name
-        for t in reader.tensors
-        if t.name != ROPE_FREQS_TENSOR
+        name: slot.quant_type.name
+        for name, slot in hf_tensor_index(reader, architecture_of(reader)).items()
     }
 
 
@@ -110,14 +111,18 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     def key(name: str, default: Any = MISSING) -> Any:
         return metadata_field(reader, f"{arch}.{name}", default)
 
+    if "token_embd.weight" not in tensors:
+        raise ValueError("GGUF file lacks the tensor 'token_embd.weight'")
+    vocab_size = int(tensors["token_embd.weight"].shape[-1])
+    tie_word_embeddings = "output.weight" not in tensors
+    if arch == "deepseek2":
+        config = deepseek2_config(key, vocab_size, tie_word_embeddings)
+        return {**config, "torch_dtype": _torch_dtype(reader), **_special_token_ids(reader)}
     hidden_size = _uniform(key("embedding_length"), "embedding_length")
     num_heads = _uniform(key("attention.head_count"), "attention.head_count")
     num_kv_heads = _uniform(key("attention.head_count_kv", num_heads), "attention.head_count_kv")
     head_dim = _head_dim(reader, arch, hidden_size, num_heads)
     rope_theta = float(key("rope.freq_base", 10000.0))
-    if "token_embd.weight" not in tensors:
-        raise ValueError("GGUF file lacks the tensor 'token_embd.weight'")
-    vocab_size = int(tensors["token_embd.weight"].shape[-1])
 
     config: dict[str, Any] = {
         "architectures": [SUPPORTED_ARCHITECTURES[arch]],
@@ -133,15 +138,22 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
         "rope_theta": rope_theta,
         "max_position_embeddings": key("context_length"),
         "vocab_size": vocab_size,
-        "tie_word_embeddings": "output.weight" not in tensors,
+        "tie_word_embeddings": tie_word_embeddings,
         "attention_bias": "blk.0.attn_q.bias" in tensors,
         "torch_dtype": _torch_dtype(reader),
     }
     if arch in GEMMA_ARCHITECTURES:
         config.update(_gemma_config(key))
+    config.update(expert_config(key, arch, tensors))
     rope_scaling = rope_scaling_config(reader, arch, head_dim, rope_theta)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling
+    return {**config, **_special_token_ids(reader)}
+
+
+def _special_token_ids(reader: GGUFFile) -> dict[str, int]:
+    """BOS / EOS / padding token ids the file names."""
+    ids = {}
     for gguf_key, hf_key in (
         ("tokenizer.ggml.bos_token_id", "bos_token_id"),
         ("tokenizer.ggml.eos_token_id", "eos_token_id"),
@@ -149,8 +161,8 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     ):
         value = metadata_field(reader, gguf_key, None)
         if value is not None:
-            config[hf_key] = value
-    return config
+            ids[hf_key] = value
+    return ids
 
 
 def _gemma_config(key: Callable[[str, Any], Any]) -> dict[str, Any]:

@@ -6,7 +6,10 @@ them under llama.cpp names, in ggml's reversed shape order, block-quantized, and
 ``llama`` architecture, with the rows of Q and K reordered by llama.cpp's converter for its
 interleaved rotary embedding. This class hides all of that: it maps names, dequantizes one
 tensor at a time on demand with the ``gguf`` package (straight from the file's memory map,
-never copying the file) and puts Q/K rows back in HF order. ``raw`` exposes the still
+never copying the file) and puts Q/K rows back in HF order. An expert model's stacked
+expert tensor is offered as one HF tensor per expert (each a slice of the stack), and
+DeepSeek's `kv_b_proj`, which llama.cpp splits in two, is joined back
+(gguf_expert_tensors.py). ``raw`` exposes the still
 quantized blocks (rows in HF order too) for kernels that dequantize on the fly. Gemma's
 norm weights come back as HF stores them (llama.cpp adds 1 to them).
 """
@@ -23,13 +26,14 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_expert_tensors import ROW_VECTORS, join_kv_b, kv_b_part_shape
 from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
     GEMMA_ARCHITECTURES,
-    ROPE_FREQS_TENSOR,
+    TensorSlot,
     architecture_of,
-    hf_tensor_name,
+    hf_tensor_index,
 )
 
 
@@ -60,9 +64,7 @@ class GGUFWeights:
         self.path: Path | None = None if isinstance(source, GGUFFile) else Path(source)
         self.config: dict[str, Any] = hf_config_from_gguf(reader)
         arch = architecture_of(reader)
-        self._tensors: dict[str, GGUFTensor] = {
-            hf_tensor_name(t.name, arch): t for t in reader.tensors if t.name != ROPE_FREQS_TENSOR
-        }
+        self._tensors: dict[str, TensorSlot] = hf_tensor_index(reader, arch)
         self._norm_offset = 1.0 if arch in GEMMA_ARCHITECTURES else 0.0
         self._heads: dict[str, int] = {}
         if arch == "llama":
@@ -77,16 +79,27 @@ class GGUFWeights:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """Logical HF shape of tensor ``name`` (``[out, in]`` for linear weights)."""
-        return tuple(int(d) for d in reversed(self._tensor(name).shape))
+        slot = self._tensor(name)
+        if slot.value_half is not None:
+            return kv_b_part_shape(_hf_shape(slot.tensor), _hf_shape(slot.value_half))
+        shape = _hf_shape(slot.tensor)
+        if len(shape) == 1 and name.endswith(ROW_VECTORS):
+            return (1, *shape)
+        return shape if slot.expert is None else shape[1:]
 
     def quant_type(self, name: str) -> GGMLQuantizationType:
-        """The ggml type tensor ``name`` is stored in (reads no tensor data)."""
-        return GGMLQuantizationType(self._tensor(name).tensor_type)
+        """The ggml type tensor ``name`` is stored in (reads no tensor data); a joined
+        `kv_b_proj` counts as F32: it exists only dequantized."""
+        return self._tensor(name).quant_type
 
     def get(self, name: str, dtype: npt.DTypeLike = "float32") -> np.ndarray:
         """Tensor ``name`` dequantized to ``dtype``, in HF layout, as a fresh array."""
-        tensor = self._tensor(name)
-        values = dequantize(tensor.data, tensor.tensor_type).reshape(self.shape(name))
+        slot = self._tensor(name)
+        if slot.value_half is not None:
+            joined = join_kv_b(_dequantized(slot.tensor), _dequantized(slot.value_half))
+            return np.array(joined, dtype=dtype)
+        data = slot.tensor.data if slot.expert is None else slot.tensor.data[slot.expert]
+        values = dequantize(data, slot.tensor.tensor_type).reshape(self.shape(name))
         order = self._hf_row_order(name)
         if order is not None:
             values = values[order]
@@ -98,19 +111,24 @@ class GGUFWeights:
         """Tensor ``name`` still quantized: its block bytes, quant type and HF shape.
 
         Without a row reordering this is a view of the file's memory map; Q/K weights of
-        ``llama`` files are gathered into HF row order (a copy of that tensor only).
+        ``llama`` files are gathered into HF row order (a copy of that tensor only). A joined
+        `kv_b_proj` has no blocks of its own: ``ValueError``.
         """
-        tensor = self._tensor(name)
+        slot = self._tensor(name)
+        if slot.value_half is not None:
+            raise ValueError(f"{name} is joined from two GGUF tensors and has no blocks")
+        tensor = slot.tensor
         shape = self.shape(name)
-        data = tensor.data.view(np.uint8)
+        data = tensor.data if slot.expert is None else tensor.data[slot.expert]
+        data = data.view(np.uint8)
         data = data.reshape(*shape[:-1], data.size // max(1, int(np.prod(shape[:-1]))))
         order = self._hf_row_order(name)
         if order is not None:
             data = data[order]
         return RawTensor(data, GGMLQuantizationType(tensor.tensor_type), shape)
 
-    def _tensor(self, name: str) -> GGUFTensor:
-        """The reader's tensor for HF name ``name``; ``KeyError`` listing what exists."""
+    def _tensor(self, name: str) -> TensorSlot:
+        """Where HF tensor ``name`` lives; ``KeyError`` listing what exists."""
         try:
             return self._tensors[name]
         except KeyError:
@@ -131,3 +149,13 @@ class GGUFWeights:
         rows = self.shape(name)[0]
         half = rows // heads // 2
         return np.arange(rows).reshape(heads, half, 2).transpose(0, 2, 1).reshape(rows)
+
+
+def _hf_shape(tensor: GGUFTensor) -> tuple[int, ...]:
+    """A GGUF tensor's shape in HF (numpy) order."""
+    return tuple(int(d) for d in reversed(tensor.shape))
+
+
+def _dequantized(tensor: GGUFTensor) -> np.ndarray:
+    """A whole GGUF tensor as float32, in HF (numpy) order."""
+    return dequantize(tensor.data, tensor.tensor_type).reshape(_hf_shape(tensor))
