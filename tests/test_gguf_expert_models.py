@@ -30,6 +30,7 @@ from transformers import AutoConfig
 
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
+from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
 
 
@@ -55,7 +56,16 @@ CASES = {
         "deepseek2",
         {"rope_parameters": {**_V3_ROPE, "mscale": 1.0}},
     ),
-    "deepseek_v2_kv_b": Case("deepseek_v2_mla_greedy", "deepseek2", {}, split_kv_b=False),
+    # Older files' whole attn_kv_b, in Q8_0: kept quantized it could not be sliced per head.
+    # Rope width 16 makes kv_a_proj_with_mqa 48 rows, a multiple of the fused kernel's
+    # 16-row blocks (docs/STATUS.md: the fused CPU matmul's ragged last block).
+    "deepseek_v2_kv_b_q8_0": Case(
+        "deepseek_v2_mla_greedy",
+        "deepseek2",
+        {"qk_rope_head_dim": 16},
+        Q.Q8_0,
+        split_kv_b=False,
+    ),
 }
 
 
@@ -131,6 +141,15 @@ def test_engine_on_the_gguf_file_equals_transformers(written: Written) -> None:
     tokenizer = Tokenizer.from_file(str(written.model_dir / "tokenizer.json"))
     llm = LLM(written.gguf_path, device="cpu", show_progress=False, skip_tokenizer_init=True)
     assert_equals_oracle(llm, oracle, encode=lambda text: tokenizer.encode(text).ids)
+
+
+def test_a_quantized_kv_b_proj_is_dequantized_at_load(tmp_path: Path) -> None:
+    """The absorbed attention slices `kv_b_proj` per head, so it never takes a block format;
+    the other projections of the same Q8_0 file do."""
+    written = _write(CASES["deepseek_v2_kv_b_q8_0"], tmp_path, "kv_b")
+    formats = make_request(written.gguf_path).weight_formats
+    assert formats["model.layers.1.self_attn.q_proj.weight"] == "q8_0"
+    assert "model.layers.1.self_attn.kv_b_proj.weight" not in formats
 
 
 # transformers' GGUF reader leaves moe_intermediate_size / shared_expert_intermediate_size at
