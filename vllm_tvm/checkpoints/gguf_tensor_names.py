@@ -1,4 +1,6 @@
-"""Which GGUF architectures we serve, and the GGUF -> HF tensor-name table.
+"""Which GGUF architectures we serve, the GGUF -> HF tensor-name table, and where each HF
+tensor lives in a file (`hf_tensor_index`: expert models hold several HF tensors in one GGUF
+tensor, and one HF tensor in two; gguf_expert_tensors.py).
 
 Why apart: deciding whether a file is supported (gguf_config.py) needs the table as much as
 the weight reader (gguf_weights.py) does, and neither owns the other.
