@@ -77,16 +77,20 @@ def prefill_logits(llm: LLM, ids: list[int]) -> np.ndarray:
         llm.runner.kv_cache.remove_sequence(99)
 
 
-def assert_equals_oracle(llm: LLM, oracle: Any) -> None:
-    """Prefill logits within LOGIT_TOLERANCE and greedy NEW_TOKENS x PROMPTS equal."""
-    ids = llm.tokenizer.encode(PROMPTS[2])
+def assert_equals_oracle(
+    llm: LLM, oracle: Any, encode: Callable[[str], list[int]] | None = None
+) -> None:
+    """Prefill logits within LOGIT_TOLERANCE and greedy NEW_TOKENS x PROMPTS equal; with
+    `encode`, prompts go in as its token ids (an engine without a tokenizer)."""
+    prompts: list[Any] = list(PROMPTS) if encode is None else [encode(p) for p in PROMPTS]
+    ids = (encode or llm.tokenizer.encode)(PROMPTS[2])
     with torch.no_grad():
         expected = oracle(torch.tensor([ids])).logits[0].numpy()
     assert np.abs(prefill_logits(llm, ids) - expected).max() <= LOGIT_TOLERANCE
     oracle.generation_config.eos_token_id = None
     oracle.generation_config.pad_token_id = 0
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-    for output in llm.generate(PROMPTS, params):
+    for output in llm.generate(prompts, params):
         prompt = torch.tensor([output.prompt_token_ids])
         with torch.no_grad():
             out = oracle.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)

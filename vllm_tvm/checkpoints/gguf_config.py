@@ -17,6 +17,7 @@ from typing import Any
 
 from gguf import GGMLQuantizationType
 
+from vllm_tvm.checkpoints.gguf_expert_config import deepseek2_config, expert_config
 from vllm_tvm.checkpoints.gguf_family_config import (
     FAMILY_OPTIONS,
     PARTIAL_ROTARY_ARCHITECTURES,
@@ -29,6 +30,7 @@ from vllm_tvm.checkpoints.gguf_tensor_names import (
     GEMMA_ARCHITECTURES,
     SUPPORTED_ARCHITECTURES,
     architecture_of,
+    hf_tensor_index,
     hf_tensor_name,
     is_config_tensor,
 )
@@ -82,6 +84,7 @@ def check_gguf_supported(source: GGUFSource) -> GGUFFile:
         if is_config_tensor(tensor.name, arch):
             continue
         hf_tensor_name(tensor.name, arch)
+    hf_tensor_index(reader, arch)
     return reader
 
 
@@ -91,11 +94,9 @@ def gguf_tensor_types(source: GGUFSource) -> dict[str, str]:
     Reads tensor infos only (RoPE factor tensors, not weights, are left out).
     """
     reader = open_gguf(source)
-    arch = architecture_of(reader)
     return {
-        hf_tensor_name(t.name, arch): GGMLQuantizationType(t.tensor_type).name
-        for t in reader.tensors
-        if not is_config_tensor(t.name, arch)
+        name: slot.quant_type.name
+        for name, slot in hf_tensor_index(reader, architecture_of(reader)).items()
     }
 
 
@@ -118,14 +119,28 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
 
     if "token_embd.weight" not in tensors:
         raise ValueError("GGUF file lacks the tensor 'token_embd.weight'")
+    vocab_size = int(tensors["token_embd.weight"].shape[-1])
+    tie_word_embeddings = "output.weight" not in tensors
+    if arch == "deepseek2":
+        body = deepseek2_config(key, vocab_size, tie_word_embeddings)
+    elif arch == "gpt2":
+        body = gpt2_config(key)
+    else:
+        body = _decoder_config(reader, arch, key, tensors)
     config: dict[str, Any] = {
         "architectures": [SUPPORTED_ARCHITECTURES[arch]],
         "model_type": arch,
-        "vocab_size": int(tensors["token_embd.weight"].shape[-1]),
-        "tie_word_embeddings": "output.weight" not in tensors,
+        "vocab_size": vocab_size,
+        "tie_word_embeddings": tie_word_embeddings,
         "torch_dtype": _torch_dtype(reader),
-        **(gpt2_config(key) if arch == "gpt2" else _decoder_config(reader, arch, key)),
+        **body,
     }
+    return {**config, **_special_token_ids(reader)}
+
+
+def _special_token_ids(reader: GGUFFile) -> dict[str, int]:
+    """BOS / EOS / padding token ids the file names."""
+    ids = {}
     for gguf_key, hf_key in (
         ("tokenizer.ggml.bos_token_id", "bos_token_id"),
         ("tokenizer.ggml.eos_token_id", "eos_token_id"),
@@ -133,12 +148,14 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     ):
         value = metadata_field(reader, gguf_key, None)
         if value is not None:
-            config[hf_key] = value
-    return config
+            ids[hf_key] = value
+    return ids
 
 
-def _decoder_config(reader: GGUFFile, arch: str, key: Callable[..., Any]) -> dict[str, Any]:
-    """The keys of a RoPE decoder with RMSNorm (the Llama-shaped families)."""
+def _decoder_config(
+    reader: GGUFFile, arch: str, key: Callable[..., Any], tensors: dict[str, Any]
+) -> dict[str, Any]:
+    """The keys of a RoPE decoder with RMSNorm (the Llama-shaped families, their experts)."""
     hidden_size = _uniform(key("embedding_length"), "embedding_length")
     num_heads = _uniform(key("attention.head_count"), "attention.head_count")
     num_kv_heads = _uniform(key("attention.head_count_kv", num_heads), "attention.head_count_kv")
@@ -155,10 +172,11 @@ def _decoder_config(reader: GGUFFile, arch: str, key: Callable[..., Any]) -> dic
         "rms_norm_eps": key("attention.layer_norm_rms_epsilon"),
         "rope_theta": rope_theta,
         "max_position_embeddings": key("context_length"),
-        "attention_bias": "blk.0.attn_q.bias" in {t.name for t in reader.tensors},
+        "attention_bias": "blk.0.attn_q.bias" in tensors,
     }
     if arch in GEMMA_ARCHITECTURES:
         config.update(_gemma_config(key))
+    config.update(expert_config(key, arch, tensors))
     rope_scaling = rope_scaling_config(reader, arch, head_dim, rope_theta)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling

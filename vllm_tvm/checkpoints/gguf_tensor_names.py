@@ -1,4 +1,6 @@
-"""Which GGUF architectures we serve, and the GGUF -> HF tensor-name table.
+"""Which GGUF architectures we serve, the GGUF -> HF tensor-name table, and where each HF
+tensor lives in a file (`hf_tensor_index`: expert models hold several HF tensors in one GGUF
+tensor, and one HF tensor in two; gguf_expert_tensors.py).
 
 Why apart: deciding whether a file is supported (gguf_config.py) needs the table as much as
 the weight reader (gguf_weights.py) does, and neither owns the other. Beside the names, the
@@ -9,8 +11,20 @@ configuration rather than weights, whose Q/K rows it permuted and which it trans
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from vllm_tvm.checkpoints.gguf_file import GGUFFile
+from gguf import GGMLQuantizationType
+
+from vllm_tvm.checkpoints.gguf_expert_tensors import (
+    EXPERT_ARCHITECTURES,
+    KV_B_JOINED,
+    KV_B_PARTS,
+    MIXTRAL_BLOCK_TENSORS,
+    expert_block_tensors,
+    expert_names,
+    refuse_per_expert_tensor,
+)
+from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import metadata_field
 
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -25,6 +39,7 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "granite": "GraniteForCausalLM",
     "gpt2": "GPT2LMHeadModel",
 }
+SUPPORTED_ARCHITECTURES.update(EXPERT_ARCHITECTURES)
 
 UNWRITTEN_ARCHITECTURES: dict[str, str] = {
     "opt": "llama.cpp defines no OPT architecture, so no converter writes such a file; "
@@ -100,6 +115,16 @@ _ARCH_BLOCK_TENSORS["gemma3"] = {
     "attn_k_norm.weight": "self_attn.k_norm.weight",
 }
 
+# Expert models: llama with experts (Mixtral), and the architectures made of experts.
+_DENSE_FFN = ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+_ARCH_BLOCK_TENSORS["llama"].update(MIXTRAL_BLOCK_TENSORS)
+_ARCH_BLOCK_TENSORS.update(
+    expert_block_tensors(
+        {k: v for k, v in _BLOCK_TENSORS.items() if k not in _DENSE_FFN},
+        {k: v for k, v in _BLOCK_TENSORS.items() if k in _DENSE_FFN},
+        _QKV_BIAS,
+    )
+)
 
 _ARCH_BLOCK_TENSORS["phi3"] = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -181,6 +206,7 @@ def hf_tensor_name(gguf_name: str, arch: str) -> str:
     match = _BLOCK_NAME.fullmatch(gguf_name)
     block_tensors = _ARCH_BLOCK_TENSORS[arch]
     if match is None or match.group(2) not in block_tensors:
+        refuse_per_expert_tensor(gguf_name)
         raise ValueError(
             f"unsupported GGUF tensor {gguf_name!r} for architecture {arch!r}; "
             f"supported: {', '.join(accepted_tensor_names(arch))}"
@@ -208,3 +234,52 @@ def is_transposed(gguf_name: str, arch: str) -> bool:
     """Whether the file stores tensor ``gguf_name`` transposed against its HF layout."""
     match = _BLOCK_NAME.fullmatch(gguf_name)
     return match is not None and match.group(2) in _TRANSPOSED_TENSORS.get(arch, ())
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """Where one HF tensor lives in a GGUF file."""
+
+    tensor: GGUFTensor
+    expert: int | None = None
+    """Its index along a stacked expert tensor's first (HF) axis; None: the whole tensor."""
+    value_half: GGUFTensor | None = None
+    """For a `kv_b_proj` that llama.cpp split: `attn_v_b` (and `tensor` is `attn_k_b`)."""
+
+    @property
+    def quant_type(self) -> GGMLQuantizationType:
+        """The ggml type it is stored in; a joined `kv_b_proj` exists only dequantized: F32."""
+        if self.value_half is not None:
+            return GGMLQuantizationType.F32
+        return GGMLQuantizationType(self.tensor.tensor_type)
+
+
+def hf_tensor_index(reader: GGUFFile, arch: str) -> dict[str, TensorSlot]:
+    """Every HF tensor of the file (weights only: RoPE factor tensors are left out) and where
+    it lives: one slot per expert of a stacked projection, one `kv_b_proj` per split pair.
+
+    Raises ``ValueError`` naming an unknown tensor or half of a `kv_b_proj` pair.
+    """
+    slots: dict[str, TensorSlot] = {}
+    halves: dict[str, GGUFTensor] = {}
+    for tensor in reader.tensors:
+        if is_config_tensor(tensor.name, arch):
+            continue
+        name = hf_tensor_name(tensor.name, arch)
+        if name.endswith(KV_B_PARTS):
+            halves[name] = tensor
+            continue
+        for hf_name, expert in expert_names(name, int(tensor.shape[-1])):
+            slots[hf_name] = TensorSlot(tensor, expert)
+    for name in sorted(halves):
+        if not name.endswith(KV_B_PARTS[0]):
+            continue
+        prefix = name.removesuffix(KV_B_PARTS[0])
+        value_half = halves.pop(prefix + KV_B_PARTS[1], None)
+        if value_half is None:
+            raise ValueError(f"GGUF tensor {halves[name].name!r} has no attn_v_b partner")
+        slots[prefix + KV_B_JOINED] = TensorSlot(halves.pop(name), value_half=value_half)
+    if halves:
+        orphan = next(iter(halves.values())).name
+        raise ValueError(f"GGUF tensor {orphan!r} has no attn_k_b partner")
+    return slots

@@ -6,10 +6,13 @@ them under llama.cpp names, in ggml's reversed shape order, block-quantized, and
 ``llama`` and ``granite`` architectures, with the rows of Q and K reordered by llama.cpp's
 converter for its interleaved rotary embedding. This class hides all of that: it maps names,
 dequantizes one tensor at a time on demand with the ``gguf`` package (straight from the
-file's memory map, never copying the file) and puts Q/K rows back in HF order. ``raw``
-exposes the still quantized blocks (rows in HF order too) for kernels that dequantize on the
-fly. Gemma's norm weights come back as HF stores them (llama.cpp adds 1 to them), and
-GPT-2's ``Conv1D`` weights in HF's [in, out] (the converter transposes them).
+file's memory map, never copying the file) and puts Q/K rows back in HF order. An expert
+model's stacked expert tensor is offered as one HF tensor per expert (each a slice of the
+stack), and DeepSeek's `kv_b_proj`, which llama.cpp splits in two, is joined back
+(gguf_expert_tensors.py). ``raw`` exposes the still quantized blocks (rows in HF order too)
+for kernels that dequantize on the fly. Gemma's norm weights come back as HF stores them
+(llama.cpp adds 1 to them), and GPT-2's ``Conv1D`` weights in HF's [in, out] (the converter
+transposes them).
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
+from vllm_tvm.checkpoints.gguf_expert_tensors import ROW_VECTORS, join_kv_b, kv_b_part_shape
 from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
     GEMMA_ARCHITECTURES,
     PERMUTED_QK_ARCHITECTURES,
+    TensorSlot,
     architecture_of,
+    hf_tensor_index,
     hf_tensor_name,
-    is_config_tensor,
     is_transposed,
 )
 
@@ -63,10 +68,9 @@ class GGUFWeights:
         self.path: Path | None = None if isinstance(source, GGUFFile) else Path(source)
         self.config: dict[str, Any] = hf_config_from_gguf(reader)
         arch = architecture_of(reader)
-        weights = [t for t in reader.tensors if not is_config_tensor(t.name, arch)]
-        self._tensors: dict[str, GGUFTensor] = {hf_tensor_name(t.name, arch): t for t in weights}
+        self._tensors: dict[str, TensorSlot] = hf_tensor_index(reader, arch)
         self._transposed = {
-            hf_tensor_name(t.name, arch) for t in weights if is_transposed(t.name, arch)
+            hf_tensor_name(t.name, arch) for t in reader.tensors if is_transposed(t.name, arch)
         }
         self._norm_offset = 1.0 if arch in GEMMA_ARCHITECTURES else 0.0
         self._heads: dict[str, int] = {}
@@ -86,17 +90,28 @@ class GGUFWeights:
         return tuple(reversed(stored)) if name in self._transposed else stored
 
     def _stored_shape(self, name: str) -> tuple[int, ...]:
-        """Shape of tensor ``name`` in the file, in row-major (torch) order."""
-        return tuple(int(d) for d in reversed(self._tensor(name).shape))
+        """Shape of tensor ``name`` as the file holds it, in row-major (torch) order."""
+        slot = self._tensor(name)
+        if slot.value_half is not None:
+            return kv_b_part_shape(_hf_shape(slot.tensor), _hf_shape(slot.value_half))
+        shape = _hf_shape(slot.tensor)
+        if len(shape) == 1 and name.endswith(ROW_VECTORS):
+            return (1, *shape)
+        return shape if slot.expert is None else shape[1:]
 
     def quant_type(self, name: str) -> GGMLQuantizationType:
-        """The ggml type tensor ``name`` is stored in (reads no tensor data)."""
-        return GGMLQuantizationType(self._tensor(name).tensor_type)
+        """The ggml type tensor ``name`` is stored in (reads no tensor data); a joined
+        `kv_b_proj` counts as F32: it exists only dequantized."""
+        return self._tensor(name).quant_type
 
     def get(self, name: str, dtype: npt.DTypeLike = "float32") -> np.ndarray:
         """Tensor ``name`` dequantized to ``dtype``, in HF layout, as a fresh array."""
-        tensor = self._tensor(name)
-        values = dequantize(tensor.data, tensor.tensor_type).reshape(self._stored_shape(name))
+        slot = self._tensor(name)
+        if slot.value_half is not None:
+            joined = join_kv_b(_dequantized(slot.tensor), _dequantized(slot.value_half))
+            return np.array(joined, dtype=dtype)
+        data = slot.tensor.data if slot.expert is None else slot.tensor.data[slot.expert]
+        values = dequantize(data, slot.tensor.tensor_type).reshape(self._stored_shape(name))
         if name in self._transposed:
             values = values.T
         order = self._hf_row_order(name)
@@ -112,24 +127,29 @@ class GGUFWeights:
         Without a row reordering this is a view of the file's memory map; Q/K weights of
         ``llama`` and ``granite`` files are gathered into HF row order (a copy of that tensor
         only). A tensor stored transposed against HF (GPT-2's ``Conv1D``) has no block rows in
-        HF order and is refused: it is read dequantized (``get``).
+        HF order and is refused: it is read dequantized (``get``). A joined `kv_b_proj` has no
+        blocks of its own either: ``ValueError``.
         """
         if name in self._transposed:
             raise ValueError(
                 f"{name} is stored transposed against its HF layout; its blocks cannot be "
                 "kept quantized (it is read dequantized)"
             )
-        tensor = self._tensor(name)
+        slot = self._tensor(name)
+        if slot.value_half is not None:
+            raise ValueError(f"{name} is joined from two GGUF tensors and has no blocks")
+        tensor = slot.tensor
         shape = self.shape(name)
-        data = tensor.data.view(np.uint8)
+        data = tensor.data if slot.expert is None else tensor.data[slot.expert]
+        data = data.view(np.uint8)
         data = data.reshape(*shape[:-1], data.size // max(1, int(np.prod(shape[:-1]))))
         order = self._hf_row_order(name)
         if order is not None:
             data = data[order]
         return RawTensor(data, GGMLQuantizationType(tensor.tensor_type), shape)
 
-    def _tensor(self, name: str) -> GGUFTensor:
-        """The reader's tensor for HF name ``name``; ``KeyError`` listing what exists."""
+    def _tensor(self, name: str) -> TensorSlot:
+        """Where HF tensor ``name`` lives; ``KeyError`` listing what exists."""
         try:
             return self._tensors[name]
         except KeyError:
@@ -150,3 +170,13 @@ class GGUFWeights:
         rows = self.shape(name)[0]
         half = rows // heads // 2
         return np.arange(rows).reshape(heads, half, 2).transpose(0, 2, 1).reshape(rows)
+
+
+def _hf_shape(tensor: GGUFTensor) -> tuple[int, ...]:
+    """A GGUF tensor's shape in HF (numpy) order."""
+    return tuple(int(d) for d in reversed(tensor.shape))
+
+
+def _dequantized(tensor: GGUFTensor) -> np.ndarray:
+    """A whole GGUF tensor as float32, in HF (numpy) order."""
+    return dequantize(tensor.data, tensor.tensor_type).reshape(_hf_shape(tensor))

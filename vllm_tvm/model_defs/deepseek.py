@@ -91,6 +91,19 @@ def _head_matmul(
     return te.compute(shape, lambda *i: acc[i].astype(x.dtype), name="mla_head_matmul")
 
 
+class FloatLinear(nn.Module):
+    """A bias-free linear whose weight stays a float array: `kv_b_proj`, which the absorbed
+    attention also reads sliced per head. Not an `NTLinear`, so no quantized weight format
+    (quant_linear.quantizable_weights) is ever chosen for it; checkpoints stored quantized
+    are dequantized at load."""
+
+    def __init__(self, in_features: int, out_features: int, dtype: str) -> None:
+        self.weight = nn.Parameter((out_features, in_features), dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nt_matmul(x, self.weight)
+
+
 class MLAAttention(nn.Module):
     """Multi-head latent attention over the MLA paged cache (see the module docstring)."""
 
@@ -110,7 +123,7 @@ class MLAAttention(nn.Module):
             self.q_proj = NTLinear(hidden, q_width, False, dtype)
         self.kv_a_proj_with_mqa = NTLinear(hidden, self.latent + self.rope, False, dtype)
         self.kv_a_layernorm = nn.RMSNorm(self.latent, -1, eps, bias=False, dtype=dtype)
-        self.kv_b_proj = NTLinear(self.latent, self.heads * (self.nope + self.v_dim), False, dtype)
+        self.kv_b_proj = FloatLinear(self.latent, self.heads * (self.nope + self.v_dim), dtype)
         self.o_proj = NTLinear(self.heads * self.v_dim, hidden, False, dtype)
         self.inv_freq = np.asarray(config.rope_inv_freq, dtype=np.float32)
 
