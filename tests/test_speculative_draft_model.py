@@ -30,6 +30,16 @@ def draft_config(tiny_model_dir, name: str, k: int = 3) -> dict:
     return {"model": str(tiny_model_dir(name)), "num_speculative_tokens": k}
 
 
+def assert_draft_cache_empty(llm) -> None:
+    """Every sequence ended: the draft model holds no KV sequence and every page is free."""
+    draft = llm.engine.speculator.draft
+    config = draft.runner.kv_config
+    assert draft.num_sequences == 0
+    assert (
+        draft.runner.kv_cache.available_pages() == config.max_total_seq_len // config.page_size + 1
+    )
+
+
 def test_the_target_as_its_own_draft_is_always_accepted(make_llm, tiny_model_dir) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
     plain = make_llm(TARGET)
@@ -41,6 +51,21 @@ def test_the_target_as_its_own_draft_is_always_accepted(make_llm, tiny_model_dir
     assert stats.spec_decode_num_draft_tokens > 0
     assert stats.spec_decode_num_accepted_tokens == stats.spec_decode_num_draft_tokens
     assert stats.mean_acceptance_length > 3
+    assert_draft_cache_empty(speculative)
+
+
+def test_prompts_longer_than_the_draft_chunk_catch_up_in_pieces(make_llm, tiny_model_dir) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    plain = make_llm(TARGET)
+    prompts = prompts_of_lengths(plain, [45, 23, 60, 5])
+    expected = token_ids(plain.generate(prompts, params))
+    config = draft_config(tiny_model_dir, TARGET)
+    chunked = make_llm(TARGET, max_num_batched_tokens=16, speculative_config=config)
+    assert chunked.engine.speculator.draft.runner.kv_config.prefill_chunk_size == 16
+    assert token_ids(chunked.generate(prompts, params)) == expected
+    stats = chunked.engine.metrics.snapshot()
+    assert 0 < stats.spec_decode_num_accepted_tokens == stats.spec_decode_num_draft_tokens
+    assert_draft_cache_empty(chunked)
 
 
 def test_another_draft_model_changes_no_greedy_token(make_llm, tiny_model_dir) -> None:
@@ -57,6 +82,7 @@ def test_another_draft_model_changes_no_greedy_token(make_llm, tiny_model_dir) -
     # the prefix cache holds only committed tokens: a second run hits it and still agrees
     again = speculative.generate(prompts, params)
     assert token_ids(again) == expected and sum(o.num_cached_tokens for o in again) > 0
+    assert_draft_cache_empty(speculative)
 
 
 def test_preempted_with_a_draft_model_equals_no_speculation(make_llm, tiny_model_dir) -> None:
@@ -69,6 +95,7 @@ def test_preempted_with_a_draft_model_equals_no_speculation(make_llm, tiny_model
     assert token_ids(tight.generate(prompts, params)) == expected
     stats = tight.engine.metrics.snapshot()
     assert stats.num_preemptions > 0 and stats.spec_decode_num_accepted_tokens > 0
+    assert_draft_cache_empty(tight)
 
 
 @pytest.mark.parametrize("draft", [TARGET, OTHER_DRAFT])

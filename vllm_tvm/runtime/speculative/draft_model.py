@@ -64,6 +64,11 @@ class DraftModelProposer:
         self._states: dict[EngineSequence, _DraftSequence] = {}
         self._kv_ids = itertools.count()
 
+    @property
+    def num_sequences(self) -> int:
+        """Engine sequences holding a KV sequence in the draft cache."""
+        return len(self._states)
+
     def forget(self, seq: EngineSequence) -> None:
         """Drop `seq`'s KV sequence from the draft cache (when it ends)."""
         state = self._states.pop(seq, None)
