@@ -9,7 +9,9 @@ name."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,31 @@ def test_a_draft_with_another_tokenizer_is_refused_by_name(tiny_model_dir, tmp_p
     (draft / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="has no tokenizer"):
         check_same_tokenizer(draft, target)
+
+
+def test_generate_takes_a_draft_model_on_the_command_line(make_llm, tiny_model_dir, capsys) -> None:
+    from vllm_tvm.cli.main import main
+
+    model = tiny_model_dir(TARGET)
+    expected = make_llm().generate("hello world", SamplingParams(temperature=0.0, max_tokens=8))
+    spec = json.dumps(draft_config(tiny_model_dir, OTHER_DRAFT))
+    arguments = ["--prompt", "hello world", "--max-tokens", "8", "--temperature", "0", "--json"]
+    assert main(["generate", "--model", str(model), *arguments, "--speculative-config", spec]) == 0
+    generated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert generated["token_ids"] == expected[0].outputs[0].token_ids
+
+
+def test_a_draft_still_to_resolve_keeps_the_compiler_loadable(tiny_model_dir, monkeypatch) -> None:
+    """The target's artifact is built, the draft's may not be: TVM keeps its compiler."""
+    from vllm_tvm.cli import preflight
+    from vllm_tvm.runtime.engine.args import EngineArgs
+
+    model = tiny_model_dir(TARGET)
+    resolve_artifact(model, "cpu", "auto", show_progress=False)  # built and remembered
+    monkeypatch.setenv(preflight.RUNTIME_ONLY_ENV, "0")  # so that teardown restores it
+    monkeypatch.delenv(preflight.RUNTIME_ONLY_ENV)
+    monkeypatch.delitem(sys.modules, "tvm")
+    config = draft_config(tiny_model_dir, OTHER_DRAFT)
+    engine = preflight.use_built_artifact(EngineArgs(model=str(model), speculative_config=config))
+    assert engine.artifact is not None
+    assert preflight.RUNTIME_ONLY_ENV not in os.environ
