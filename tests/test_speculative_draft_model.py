@@ -200,3 +200,16 @@ def test_a_draft_still_to_resolve_keeps_the_compiler_loadable(tiny_model_dir, mo
     engine = preflight.use_built_artifact(EngineArgs(model=str(model), speculative_config=config))
     assert engine.artifact is not None
     assert preflight.RUNTIME_ONLY_ENV not in os.environ
+
+
+def test_a_benchmark_engine_gets_the_draft_built_like_its_target(tiny_model_dir) -> None:
+    from vllm_tvm.benchmarking.config import BenchConfig
+    from vllm_tvm.benchmarking.engine_setup import bench_engine_args
+
+    model = tiny_model_dir(TARGET)
+    config = BenchConfig.from_options(
+        model, device="cpu", speculative_config=draft_config(tiny_model_dir, OTHER_DRAFT)
+    )
+    args = bench_engine_args(config, resolve_artifact(model, "cpu", "auto", False), 16)
+    draft = resolve_artifact(tiny_model_dir(OTHER_DRAFT), "cpu", "auto", False)
+    assert args.speculative_config.draft_artifact == str(draft)

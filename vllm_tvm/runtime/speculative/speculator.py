@@ -20,7 +20,8 @@ What may be drafted, so that nothing a request asked for changes:
 - within the step's token budget and the free KV blocks (drafts shrink to fit; none: the
   row stays a plain decode row);
 - not while the sequence backs off (backoff.py): a draft with nothing accepted pauses its
-  drafting, so text the proposer cannot predict costs few wasted verify forwards.
+  drafting, then drafts one-token probes until one is accepted, so text the proposer
+  cannot predict costs few and short wasted verify forwards.
 A step in which nothing is drafted runs exactly as without speculation.
 """
 
@@ -174,7 +175,7 @@ class Speculator:
             or self.backoff.pauses(seq)
         ):
             return 0
-        room = min(self.config.num_speculative_tokens, budget)
+        room = min(self.backoff.limit(seq, self.config.num_speculative_tokens), budget)
         room = min(room, self.max_model_len - seq.num_tokens - 1)
         if seq.params.max_tokens is not None:
             room = min(room, seq.params.max_tokens - len(seq.output_token_ids) - 1)
