@@ -213,3 +213,27 @@ def test_a_benchmark_engine_gets_the_draft_built_like_its_target(tiny_model_dir)
     args = bench_engine_args(config, resolve_artifact(model, "cpu", "auto", False), 16)
     draft = resolve_artifact(tiny_model_dir(OTHER_DRAFT), "cpu", "auto", False)
     assert args.speculative_config.draft_artifact == str(draft)
+
+
+def test_a_failing_draft_forward_costs_drafts_not_tokens(make_llm, tiny_model_dir) -> None:
+    """The draft cache starts afresh after a failed draft forward, and the step runs
+    without drafts: outputs stay those of plain decoding."""
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    plain = make_llm(TARGET)
+    prompts = prompts_of_lengths(plain, [12, 30])
+    expected = token_ids(plain.generate(prompts, params))
+    speculative = make_llm(TARGET, speculative_config=draft_config(tiny_model_dir, TARGET))
+    runner = speculative.engine.speculator.draft.runner
+    decode, failures = runner.decode, []
+
+    def decode_failing_once(*arguments):
+        if not failures:
+            failures.append(arguments)
+            raise RuntimeError("draft decode failed")
+        return decode(*arguments)
+
+    runner.decode = decode_failing_once
+    assert token_ids(speculative.generate(prompts, params)) == expected
+    stats = speculative.engine.metrics.snapshot()
+    assert failures and stats.spec_decode_num_accepted_tokens > 0
+    assert_draft_cache_empty(speculative)

@@ -111,12 +111,9 @@ class Speculator:
             proposals = self._ngram_proposals(scheduled, budget)
         else:
             proposals = self._model_proposals(scheduled, budget)
-        plain = [item for item, proposal in zip(scheduled, proposals, strict=True) if not proposal]
-        drafts = [
-            (item.seq, proposal)
-            for item, proposal in zip(scheduled, proposals, strict=True)
-            if proposal
-        ]
+        pairs = list(zip(scheduled, proposals, strict=True))
+        plain = [item for item, proposal in pairs if proposal is None]
+        drafts = [(item.seq, proposal) for item, proposal in pairs if proposal is not None]
         if not drafts:
             return None
         batch, drafted = _verify_batch(plain, drafts)
