@@ -1,11 +1,13 @@
 """A sequence whose draft is wholly rejected pauses drafting for 4, 8, 16, ... steps (at
-most MAX_PAUSE_STEPS); an accepted token ends the pause; sequences back off independently."""
+most MAX_PAUSE_STEPS) and then drafts one-token probes; an accepted token ends the backoff;
+sequences back off independently."""
 
 from __future__ import annotations
 
 from vllm_tvm.runtime.speculative.backoff import (
     FIRST_PAUSE_STEPS,
     MAX_PAUSE_STEPS,
+    PROBE_TOKENS,
     DraftBackoff,
 )
 
@@ -41,3 +43,18 @@ def test_an_accepted_token_ends_the_backoff_and_sequences_are_independent() -> N
     backoff.record(seq, 0)  # type: ignore[arg-type]
     assert not backoff.pauses(other)  # type: ignore[arg-type]
     assert _paused_steps(backoff, seq) == FIRST_PAUSE_STEPS
+
+
+def test_a_sequence_that_backs_off_drafts_probes_until_one_is_accepted() -> None:
+    backoff, seq, other = DraftBackoff(), Seq(), Seq()
+    assert backoff.limit(seq, 4) == 4  # type: ignore[arg-type]
+    backoff.record(seq, 0)  # type: ignore[arg-type]
+    _paused_steps(backoff, seq)
+    assert PROBE_TOKENS == 1
+    assert backoff.limit(seq, 4) == PROBE_TOKENS  # type: ignore[arg-type]
+    assert backoff.limit(other, 4) == 4  # type: ignore[arg-type]
+    backoff.record(seq, 0)  # type: ignore[arg-type]  # a rejected probe: a longer pause
+    assert _paused_steps(backoff, seq) == 2 * FIRST_PAUSE_STEPS
+    assert backoff.limit(seq, 4) == PROBE_TOKENS  # type: ignore[arg-type]
+    backoff.record(seq, 1)  # type: ignore[arg-type]  # an accepted probe: whole drafts again
+    assert backoff.limit(seq, 4) == 4  # type: ignore[arg-type]

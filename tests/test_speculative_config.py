@@ -25,6 +25,16 @@ def test_vllm_json_becomes_the_config_with_vllm_defaults() -> None:
     assert (only_min.prompt_lookup_min, only_min.prompt_lookup_max) == (2, 2)
 
 
+def test_a_model_without_a_method_is_a_draft_model() -> None:
+    config = SpeculativeConfig.from_json({"model": "/draft", "num_speculative_tokens": 2})
+    assert config == SpeculativeConfig("draft_model", 2, model="/draft")
+    assert config.draft_artifact is None  # resolved by the entry point, never from JSON
+    with pytest.raises(ValueError, match="'draft_artifact' are not supported"):
+        SpeculativeConfig.from_json(
+            {"model": "/d", "num_speculative_tokens": 2, "draft_artifact": "a"}
+        )
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
@@ -32,7 +42,7 @@ def test_vllm_json_becomes_the_config_with_vllm_defaults() -> None:
         ({"method": "eagle", "model": "h", "num_speculative_tokens": 2}, "'eagle' is not impl"),
         ({"method": "eagle3", "model": "h", "num_speculative_tokens": 2}, "'eagle3' is not impl"),
         ({"method": "mtp", "num_speculative_tokens": 1}, "'mtp' is not implemented"),
-        ({"model": "draft", "num_speculative_tokens": 2}, "'draft_model' is not implemented"),
+        ({"method": "draft_model", "num_speculative_tokens": 2}, "needs the draft's 'model'"),
         ({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1},
          "'draft_tensor_parallel_size' are not supported"),
         ({"method": "ngram"}, "num_speculative_tokens must be an integer >= 1, got None"),

@@ -64,3 +64,41 @@ def test_greedy_accepts_the_argmax_prefix_then_corrects() -> None:
     assert verify_greedy([5, 6, 9, 4], [5, 6, 7]).token_ids == [5, 6, 9]
     assert verify_greedy([5, 6, 7, 4], [5, 6, 7]) == ([5, 6, 7, 4], [None] * 4, 3)
     assert verify_greedy([1, 6], [5]).num_accepted == 0
+
+
+DRAFT_ROWS = np.stack([LOGITS[::-1], np.roll(LOGITS, 5)]).astype(np.float32)
+"""A draft model's logits at two positions, far from the target's `ROWS`."""
+
+
+def _verify_drawn_drafts(params: SamplingParams) -> list[list[int]]:
+    """RUNS verifications of two drafts each drawn from softmax(DRAFT_ROWS[i])."""
+    sampler, drafting = Sampler(seed=11), np.random.default_rng(5)
+    q = np.stack([_softmax(row) for row in DRAFT_ROWS])
+    committed = []
+    for _ in range(RUNS):
+        drafts = [int(drafting.choice(len(LOGITS), p=row)) for row in q]
+        ctx = SamplingContext.for_request(params, [])
+        committed.append(verify_on_host(sampler, ROWS, ctx, drafts, q).token_ids)
+        assert ctx.output_token_ids == []
+    return committed
+
+
+def test_drafts_drawn_from_a_draft_distribution_keep_the_target_distribution() -> None:
+    """vLLM's rule min(1, p/q), residual (p - q)+: every position follows p, not q."""
+    committed = _verify_drawn_drafts(SamplingParams(temperature=1.0))
+    first = np.array([tokens[0] for tokens in committed])
+    assert _chi_square_p_value(first, _softmax(ROWS[0])) > P_VALUE_FLOOR
+    second = np.array([tokens[1] for tokens in committed if len(tokens) > 1])
+    assert _chi_square_p_value(second, _softmax(ROWS[1])) > P_VALUE_FLOOR
+    accepted = sum(len(tokens) - 1 for tokens in committed)
+    assert 0 < accepted < 2 * RUNS
+
+
+def test_a_draft_distribution_is_rejected_toward_the_residual_not_the_target() -> None:
+    """The statistic tells the residual draw from a redraw from p after a rejection: the
+    latter puts too little mass where p exceeds q."""
+    p, q = _softmax(ROWS[0]), _softmax(DRAFT_ROWS[0])
+    accept = np.minimum(p, q)
+    redraw_from_p = accept + (1 - accept.sum()) * p
+    rng = np.random.default_rng(2)
+    assert _chi_square_p_value(rng.choice(len(p), RUNS, p=redraw_from_p), p) < P_VALUE_FLOOR

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_tvm.benchmarking.config import BenchConfig
-from vllm_tvm.entrypoints.llm import artifact_for
+from vllm_tvm.entrypoints.llm import artifact_for, with_draft_artifact
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 
@@ -38,13 +38,13 @@ def default_num_blocks(config: BenchConfig, max_prompt_len: int) -> int:
 
 def bench_engine_args(config: BenchConfig, artifact: Path, max_prompt_len: int) -> EngineArgs:
     """The engine options of a benchmark run: the config's, on `artifact`, with the KV pool
-    sized for the workload unless the config sizes it, and a tokenizer only when the
-    workload needs one."""
+    sized for the workload unless the config sizes it, a draft model's artifact resolved,
+    and a tokenizer only when the workload needs one."""
     num_blocks = config.engine.num_blocks
     if num_blocks is None and not config.engine.sized_from_memory:
         num_blocks = default_num_blocks(config, max_prompt_len)
     return replace(
-        config.engine,
+        with_draft_artifact(config.engine),
         artifact=artifact,
         num_blocks=num_blocks,
         skip_tokenizer_init=not config.needs_tokenizer,

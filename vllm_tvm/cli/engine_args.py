@@ -32,7 +32,7 @@ from vllm_tvm.runtime.engine.args import (
     option_names,
 )
 from vllm_tvm.runtime.sampling.params import LOGPROBS_MODES
-from vllm_tvm.runtime.speculative.config import METHODS, SpeculativeConfig
+from vllm_tvm.runtime.speculative.config import BUILT_METHODS, METHODS, SpeculativeConfig
 from vllm_tvm.runtime.weights.load_format import LOAD_FORMATS
 
 NOT_FLAGS = ("show_progress", "skip_tokenizer_init")
@@ -126,7 +126,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="speculative decoding as vLLM's JSON, e.g. "
         '\'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\' '
-        f"(methods {', '.join(METHODS)}; not all are implemented) (default off)",
+        'or \'{"model": DRAFT_CHECKPOINT, "num_speculative_tokens": 3}\' '
+        f"(methods {', '.join(METHODS)}; implemented: {', '.join(BUILT_METHODS)}) (default off)",
     )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 from vllm_tvm.cli.preflight import (
@@ -16,6 +15,7 @@ from vllm_tvm.cli.preflight import (
     skip_torch_import,
     use_built_artifact,
 )
+from vllm_tvm.runtime.engine.args import option_names
 from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
 from vllm_tvm.runtime.weights.load_format import DUMMY
 
@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
     )
-    llm = LLM(**asdict(engine_args))
+    # The options as they are (asdict would turn a SpeculativeConfig back into JSON keys).
+    llm = LLM(engine_args.model, **{name: getattr(engine_args, name) for name in option_names()})
     prompt: str | list[int] = text
     if args.chat:
         prompt = llm.chat_prompt_ids([{"role": "user", "content": text}])

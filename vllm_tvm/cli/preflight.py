@@ -151,7 +151,8 @@ def use_built_artifact(engine: EngineArgs) -> EngineArgs:
     artifacts/resolution_memo.py); then nothing will compile, so TVM is told to load its
     runtime library alone (the compiler library, LLVM inside, costs about a second and
     hundreds of MB), unless TVM is already imported or the switch is set. An artifact still
-    to be compiled leaves `engine` and TVM as they are."""
+    to be compiled leaves `engine` and TVM as they are; so does a draft model whose artifact
+    the entry point has yet to resolve (it may compile)."""
     artifact = engine.artifact
     if artifact is None:
         artifact = remembered_artifact(
@@ -159,6 +160,8 @@ def use_built_artifact(engine: EngineArgs) -> EngineArgs:
         )
     if artifact is None:
         return engine
-    if "tvm" not in sys.modules:
+    spec = engine.speculative_config
+    draft_unresolved = spec is not None and spec.model is not None and spec.draft_artifact is None
+    if "tvm" not in sys.modules and not draft_unresolved:
         os.environ.setdefault(RUNTIME_ONLY_ENV, "1")
     return replace(engine, artifact=artifact)

@@ -271,12 +271,13 @@ def run(args: argparse.Namespace) -> int:
     skip_torch_import(needs_torch=config.engine.load_format == DUMMY)
     config = replace(config, engine=use_built_artifact(config.engine))
     skip_ml_dtypes_import(config.engine)
-    from vllm_tvm.entrypoints.llm import artifact_for
+    from vllm_tvm.entrypoints.llm import artifact_for, with_draft_artifact
     from vllm_tvm.server.launch import serve
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    serve(replace(config, engine=replace(config.engine, artifact=artifact_for(config.engine))))
+    engine = with_draft_artifact(config.engine)
+    serve(replace(config, engine=replace(engine, artifact=artifact_for(engine))))
     return 0

@@ -76,6 +76,27 @@ def artifact_for(args: EngineArgs) -> Path:
     )
 
 
+def with_draft_artifact(args: EngineArgs) -> EngineArgs:
+    """`args` with a draft model's artifact resolved as the target's is (same device, dtype,
+    weight format and quantization; compiled on first use) when the speculative method is
+    `draft_model`; else `args` unchanged."""
+    spec = args.speculative_config
+    if spec is None or spec.method != "draft_model" or spec.draft_artifact is not None:
+        return args
+    assert spec.model is not None
+    draft_model = resolve_model(spec.model)
+    draft = resolve_artifact(
+        draft_model,
+        args.device,
+        args.dtype,
+        args.show_progress,
+        args.weight_format,
+        args.quantization,
+    )
+    draft_spec = replace(spec, model=str(draft_model), draft_artifact=str(draft))
+    return replace(args, speculative_config=draft_spec)
+
+
 Conversation = Sequence[Mapping[str, Any]]
 """Chat messages (`{"role": ..., "content": ...}`), oldest first."""
 
@@ -91,7 +112,7 @@ class LLM:
         args = EngineArgs.from_options(model, **options)
         args = registry_engine_args(args, RegistrySettings.from_env())
         self.model_path = resolve_model(args.model)
-        args = replace(args, model=self.model_path)
+        args = with_draft_artifact(replace(args, model=self.model_path))
         self.engine = LLMEngine.from_args(replace(args, artifact=artifact_for(args)))
         self.tokenizer = self.engine.tokenizer
         self.runner = self.engine.runner

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
@@ -26,6 +27,7 @@ from vllm_tvm.runtime.kv.cache_config import (
     resolve_num_blocks,
 )
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.speculative.draft_runner import load_draft_runner
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
 from vllm_tvm.runtime.weights.load_format import DUMMY
 
@@ -49,6 +51,7 @@ class EngineParts:
     cache_config: CacheConfig
     scheduler_config: SchedulerConfig
     max_model_len: int
+    draft_runner: ModelRunner | None = None
 
 
 MLA_MAX_NUM_SEQS = 31
@@ -87,17 +90,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     check_block_size(args.block_size)
     model_path = Path(args.model)
     tokenizer = None if args.skip_tokenizer_init else load_tokenizer(model_path)
-    params = None
-    if args.load_format == DUMMY:
-        # Imported here: it needs ml_dtypes, which a start loading real weights may skip.
-        from vllm_tvm.runtime.weights.dummy_weights import make_dummy_params
-
-        params = make_dummy_params(
-            read_manifest(Path(args.artifact)).params,
-            args.device,
-            seed=args.seed or 0,
-            show_progress=args.show_progress,
-        )
+    params = _dummy_params(args, args.artifact)
     checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
     runner = ModelRunner(
         args.artifact,
@@ -127,6 +120,19 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     max_model_len = fit_max_model_len(args.max_model_len, runner.max_model_len, cache_config)
     runner.resize_kv_cache(cache_config.num_tokens)
     budget = min(args.token_budget, runner.kv_config.prefill_chunk_size)
+    spec = args.speculative_config
+    draft_runner = None
+    if spec is not None and spec.method == "draft_model":
+        draft_runner = load_draft_runner(
+            spec,
+            runner,
+            model_path,
+            args.device,
+            args.max_num_seqs,
+            cache_config.num_tokens,
+            args.show_progress,
+            _dummy_params(args, spec.draft_artifact),
+        )
     return EngineParts(
         runner=runner,
         tokenizer=tokenizer,
@@ -136,4 +142,21 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
         cache_config=cache_config,
         scheduler_config=replace(scheduler_config, max_num_batched_tokens=budget),
         max_model_len=max_model_len,
+        draft_runner=draft_runner,
+    )
+
+
+def _dummy_params(args: EngineArgs, artifact: str | Path | None) -> list[Any] | None:
+    """Random weights of `artifact`'s shapes on the device for `load_format="dummy"`; None
+    (weights read from the checkpoint) otherwise."""
+    if args.load_format != DUMMY or artifact is None:
+        return None
+    # Imported here: it needs ml_dtypes, which a start loading real weights may skip.
+    from vllm_tvm.runtime.weights.dummy_weights import make_dummy_params
+
+    return make_dummy_params(
+        read_manifest(Path(artifact)).params,
+        args.device,
+        seed=args.seed or 0,
+        show_progress=args.show_progress,
     )

@@ -50,6 +50,7 @@ from vllm_tvm.runtime.sampling.dispatch import (
 from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
 from vllm_tvm.runtime.sampling.sampler import Sampler, prompt_logprobs
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
+from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer
 from vllm_tvm.runtime.speculative.speculator import Speculator, VerifyStep
 from vllm_tvm.runtime.tokenization import Tokenizer
 
@@ -70,11 +71,13 @@ class LLMEngine:
         logprobs_mode: LogprobsMode = "raw_logprobs",
         seed: int | None = None,
         speculative_config: SpeculativeConfig | None = None,
+        draft_runner: ModelRunner | None = None,
     ) -> None:
         """Drive `runner`, whose KV cache must hold `cache_config`'s pool, `max_num_seqs`
         sequences per forward and a prefill chunk of the step's token budget. `tokenizer`
         None: token-id prompts only, no text in the outputs. `speculative_config` None:
-        every decode step computes one token per sequence."""
+        every decode step computes one token per sequence; method `draft_model` drafts with
+        `draft_runner`."""
         runner.kv_config.check_holds(
             scheduler_config.max_num_seqs,
             scheduler_config.max_num_batched_tokens,
@@ -95,6 +98,11 @@ class LLMEngine:
         self.speculator: Speculator | None = None
         if speculative_config is not None:
             self.metrics.enable_spec_decode(speculative_config.num_speculative_tokens)
+            draft = None
+            if speculative_config.method == "draft_model":
+                if draft_runner is None:
+                    raise ValueError("speculative method 'draft_model' needs the draft's runner")
+                draft = DraftModelProposer(draft_runner, self.sampler)
             self.speculator = Speculator(
                 speculative_config,
                 self.block_manager,
@@ -102,6 +110,7 @@ class LLMEngine:
                 self.metrics,
                 scheduler_config.max_num_batched_tokens,
                 max_model_len,
+                draft,
             )
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []
@@ -120,6 +129,7 @@ class LLMEngine:
             args.logprobs_mode,
             args.seed,
             args.speculative_config,
+            parts.draft_runner,
         )
 
     @property
@@ -332,6 +342,8 @@ class LLMEngine:
 
     def _release(self, seq: EngineSequence) -> None:
         self.scheduler.remove(seq)
+        if self.speculator is not None:
+            self.speculator.forget(seq)
         assert seq.finish_reason is not None and seq.finished_time is not None
         decode = (
             seq.last_token_time - seq.first_token_time

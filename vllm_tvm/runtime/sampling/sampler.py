@@ -92,6 +92,10 @@ class TokenLogprobs:
     top_logprobs: np.ndarray
 
 
+DrawFunction = Callable[[np.ndarray, Sequence[SamplingContext]], np.ndarray]
+"""Draws a token per row from processed logits ([rows, vocab]) under the rows' contexts."""
+
+
 @dataclass(frozen=True)
 class SamplerOutput:
     """One step's result: a token per row, and logprobs for rows whose params asked."""
@@ -119,9 +123,17 @@ class Sampler:
         self.eos_token_ids = list(eos_token_ids)
         self._rng = np.random.default_rng(seed)
 
-    def sample(self, logits: np.ndarray, contexts: Sequence[SamplingContext]) -> SamplerOutput:
+    def sample(
+        self,
+        logits: np.ndarray,
+        contexts: Sequence[SamplingContext],
+        draw: DrawFunction | None = None,
+    ) -> SamplerOutput:
         """Sample one token for each row of `logits` ([batch, vocab]) under `contexts[row]`.
 
+        `draw` replaces the random draw of the rows that sample randomly: it gets their
+        processed logits (every stage applied; softmax of a row is its distribution) and
+        their contexts, and returns a token per row (speculative decoding's rejection step).
         The caller's array is not modified. Raises ValueError when a row has no token left
         (allowed_token_ids, bad_words and min_tokens masked the whole vocabulary).
         """
@@ -152,7 +164,8 @@ class Sampler:
         if random_rows.size:
             processed = logits[random_rows]
             _process_for_sampling(processed, [params[r] for r in random_rows])
-            token_ids[random_rows] = self._draw(processed, [contexts[r] for r in random_rows])
+            random_contexts = [contexts[r] for r in random_rows]
+            token_ids[random_rows] = (draw or self._draw)(processed, random_contexts)
             logits[random_rows] = processed
 
         per_row: list[TokenLogprobs | None] = [None] * len(contexts)
@@ -219,13 +232,13 @@ class Sampler:
         """One draw per row from softmax(logits); seeded rows use their own generator."""
         uniforms = self.uniforms(contexts)
         weights = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return _inverse_cdf(weights, uniforms)
+        return inverse_cdf(weights, uniforms)
 
 
 _CDF_BLOCK = 1024
 
 
-def _inverse_cdf(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+def inverse_cdf(weights: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     """Per row, the index i with cdf[i-1] <= uniform * total < cdf[i] over `weights` >= 0.
 
     Sums run in float64 in two levels, block totals then the prefix sums of the one block

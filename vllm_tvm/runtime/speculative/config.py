@@ -9,6 +9,9 @@ vLLM's keys: `method` (ngram, draft_model, eagle, eagle3, mtp), `num_speculative
 both 5, as in vLLM) and `model` (the draft or head checkpoint; `model` without `method`
 means a draft model, as in vLLM). Methods this engine does not run yet and every other vLLM
 key are refused by name, so a configuration is never silently half applied.
+
+A draft model is compiled like the target (same target, same dtype); `draft_artifact` is
+that build, None until the entry point resolves it (as `EngineArgs.artifact`), never JSON.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 """Every method vLLM's `method` key names."""
 
-BUILT_METHODS = ("ngram",)
+BUILT_METHODS = ("ngram", "draft_model")
 """The methods this engine runs; the others of METHODS are refused by name."""
 
 DEFAULT_PROMPT_LOOKUP = 5
@@ -33,13 +36,15 @@ KEYS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_
 class SpeculativeConfig:
     """How decode steps propose tokens: `method`, up to `num_speculative_tokens` per step
     verified in one forward; n-gram lookup matches the last `prompt_lookup_max` down to
-    `prompt_lookup_min` tokens earlier in the sequence."""
+    `prompt_lookup_min` tokens earlier in the sequence; a draft model (`model`, compiled as
+    `draft_artifact`) decodes the drafts itself."""
 
     method: str
     num_speculative_tokens: int
     prompt_lookup_min: int = DEFAULT_PROMPT_LOOKUP
     prompt_lookup_max: int = DEFAULT_PROMPT_LOOKUP
     model: str | None = None
+    draft_artifact: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -64,6 +69,8 @@ class SpeculativeConfig:
             raise ValueError(
                 f"speculative method 'ngram' takes no draft model (got model {self.model!r})"
             )
+        if self.method == "draft_model" and not self.model:
+            raise ValueError("speculative method 'draft_model' needs the draft's 'model' path")
 
     @classmethod
     def from_json(cls, value: str | dict[str, Any]) -> SpeculativeConfig:

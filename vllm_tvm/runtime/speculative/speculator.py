@@ -6,7 +6,9 @@ token; the engine turns a step into one forward. Speculation widens such a decod
 a chunk [last token, draft 1 .. draft k] of the ragged prefill, with logits at all k+1
 positions (`logit_positions`), so the model scores every draft at once. The engine then
 commits the accepted drafts and one more token (verify.py), and the KV cache drops what
-the model computed for the rejected drafts (`BlockManager.drop_last_tokens`).
+the model computed for the rejected drafts (`BlockManager.drop_last_tokens`). Drafts come
+from n-gram lookup (ngram.py), row by row, or from a draft model (draft_model.py), which
+decodes the drafts of all rows together before the verify forward.
 
 What may be drafted, so that nothing a request asked for changes:
 - decode rows after the first output token (a prompt chunk or prompt logprobs need their
@@ -18,12 +20,14 @@ What may be drafted, so that nothing a request asked for changes:
 - within the step's token budget and the free KV blocks (drafts shrink to fit; none: the
   row stays a plain decode row);
 - not while the sequence backs off (backoff.py): a draft with nothing accepted pauses its
-  drafting, so text the proposer cannot predict costs few wasted verify forwards.
+  drafting, then drafts one-token probes until one is accepted, so text the proposer
+  cannot predict costs few and short wasted verify forwards.
 A step in which nothing is drafted runs exactly as without speculation.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -37,6 +41,7 @@ from vllm_tvm.runtime.sampling.device_sampling import needs_host_row
 from vllm_tvm.runtime.sampling.dispatch import SamplingDispatch, failure_message
 from vllm_tvm.runtime.speculative.backoff import DraftBackoff
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
+from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer, DraftProposal
 from vllm_tvm.runtime.speculative.ngram import NgramProposer
 from vllm_tvm.runtime.speculative.verify import Verified, verify_greedy, verify_on_host
 
@@ -44,12 +49,16 @@ if TYPE_CHECKING:
     from vllm_tvm.runtime.engine.scheduler import ScheduledSequence
     from vllm_tvm.runtime.engine.sequence import EngineSequence
 
+logger = logging.getLogger(__name__)
+
 
 class DraftedRow(NamedTuple):
-    """A decode row widened by `draft_token_ids`; its logits rows start at `first_row`."""
+    """A decode row widened by `draft_token_ids` (drawn from `draft_probs`, None: certain);
+    its logits rows start at `first_row`."""
 
     seq: EngineSequence
     draft_token_ids: list[int]
+    draft_probs: np.ndarray | None
     first_row: int
 
 
@@ -81,8 +90,11 @@ class Speculator:
         metrics: EngineMetrics,
         token_budget: int,
         max_model_len: int,
+        draft: DraftModelProposer | None = None,
     ) -> None:
+        """`draft`: the draft model of a `draft_model` configuration (None: n-grams)."""
         self.config = config
+        self.draft = draft
         self.proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
         self.backoff = DraftBackoff()
         self.block_manager = block_manager
@@ -95,21 +107,63 @@ class Speculator:
         """The step's forward with drafts (their blocks reserved); None when no row gets
         any, and the step runs as it would without speculation."""
         budget = self.token_budget - sum(item.num_tokens for item in scheduled)
-        plain: list[ScheduledSequence] = []
-        drafts: list[tuple[EngineSequence, list[int]]] = []
-        for item in scheduled:
-            proposed = self._draft(item, budget) if budget > 0 else []
-            if proposed:
-                drafts.append((item.seq, proposed))
-                budget -= len(proposed)
-            else:
-                plain.append(item)
+        if self.draft is None:
+            proposals = self._ngram_proposals(scheduled, budget)
+        else:
+            proposals = self._model_proposals(scheduled, budget)
+        pairs = list(zip(scheduled, proposals, strict=True))
+        plain = [item for item, proposal in pairs if proposal is None]
+        drafts = [(item.seq, proposal) for item, proposal in pairs if proposal is not None]
         if not drafts:
             return None
         batch, drafted = _verify_batch(plain, drafts)
         return VerifyStep(batch, plain, drafted)
 
-    def _draft(self, item: ScheduledSequence, budget: int) -> list[int]:
+    def _ngram_proposals(
+        self, scheduled: Sequence[ScheduledSequence], budget: int
+    ) -> list[DraftProposal | None]:
+        """Row by row: the proposer's drafts within the budget left, their blocks reserved."""
+        proposals: list[DraftProposal | None] = []
+        for item in scheduled:
+            room = self._room(item, budget) if budget > 0 else 0
+            proposed = self.proposer.propose(item.seq.token_ids, room) if room > 0 else []
+            proposed = self._reserve(item.seq, proposed)
+            budget -= len(proposed)
+            proposals.append(DraftProposal(proposed, None) if proposed else None)
+        return proposals
+
+    def _model_proposals(
+        self, scheduled: Sequence[ScheduledSequence], budget: int
+    ) -> list[DraftProposal | None]:
+        """The draft model's drafts of every row with room (the budget shared out in row
+        order), decoded together, their blocks reserved."""
+        assert self.draft is not None
+        requests: list[tuple[EngineSequence, int]] = []
+        indices: list[int] = []
+        for index, item in enumerate(scheduled):
+            room = self._room(item, budget) if budget > 0 else 0
+            if room > 0:
+                requests.append((item.seq, room))
+                indices.append(index)
+                budget -= room
+        proposals: list[DraftProposal | None] = [None] * len(scheduled)
+        if not requests:
+            return proposals
+        try:
+            drafted = self.draft.propose(requests)
+        except Exception:  # the draft cache is unknown now: start it afresh, draft nothing
+            logger.exception("the draft model failed; this step runs without drafts")
+            self.draft.reset()
+            return proposals
+        for index, (seq, _), proposal in zip(indices, requests, drafted, strict=True):
+            kept = self._reserve(seq, proposal.token_ids)
+            if kept:
+                probs = None if proposal.probs is None else proposal.probs[: len(kept)]
+                proposals[index] = DraftProposal(kept, probs)
+        return proposals
+
+    def _room(self, item: ScheduledSequence, budget: int) -> int:
+        """How many drafts `item` may take: none for rows that must not be drafted."""
         seq = item.seq
         if (
             not seq.output_token_ids
@@ -117,13 +171,17 @@ class Speculator:
             or self.sampling.may_mask(seq)
             or self.backoff.pauses(seq)
         ):
-            return []
-        room = min(self.config.num_speculative_tokens, budget)
+            return 0
+        room = min(self.backoff.limit(seq, self.config.num_speculative_tokens), budget)
         room = min(room, self.max_model_len - seq.num_tokens - 1)
         if seq.params.max_tokens is not None:
             room = min(room, seq.params.max_tokens - len(seq.output_token_ids) - 1)
-        proposed = self.proposer.propose(seq.token_ids, room) if room > 0 else []
+        return room
+
+    def _reserve(self, seq: EngineSequence, proposed: list[int]) -> list[int]:
+        """`proposed`, shortened until `seq`'s blocks can hold it, the blocks reserved."""
         manager = self.block_manager
+        proposed = list(proposed)
         while proposed and not manager.can_grow(seq, seq.num_tokens + len(proposed)):
             proposed.pop()
         if proposed:
@@ -145,7 +203,11 @@ class Speculator:
                 else:
                     values = logits.numpy()[rows]
                     verified = verify_on_host(
-                        self.sampling.sampler, values, row.seq.sampling, row.draft_token_ids
+                        self.sampling.sampler,
+                        values,
+                        row.seq.sampling,
+                        row.draft_token_ids,
+                        row.draft_probs,
                     )
             except Exception as err:  # this row alone fails, as in sampling/dispatch.py
                 outcomes.append(VerifyOutcome(row, None, failure_message(err)))
@@ -154,6 +216,11 @@ class Speculator:
             self.backoff.record(row.seq, verified.num_accepted)
             outcomes.append(VerifyOutcome(row, verified, None))
         return outcomes
+
+    def forget(self, seq: EngineSequence) -> None:
+        """`seq` ended: the draft model drops its KV sequence."""
+        if self.draft is not None:
+            self.draft.forget(seq)
 
     def commit(self, row: DraftedRow, num_accepted: int) -> None:
         """After the verified tokens were appended to `row.seq`: its KV keeps the last
@@ -174,7 +241,7 @@ def _greedy_on_device(seq: EngineSequence) -> bool:
 
 
 def _verify_batch(
-    plain: list[ScheduledSequence], drafts: list[tuple[EngineSequence, list[int]]]
+    plain: list[ScheduledSequence], drafts: list[tuple[EngineSequence, DraftProposal]]
 ) -> tuple[ForwardBatch, list[DraftedRow]]:
     """The ragged forward of `plain` followed by one chunk per drafted sequence (its last
     token and drafts, a logits row at each)."""
@@ -182,10 +249,10 @@ def _verify_batch(
     kv_ids, token_ids = list(base.kv_ids), list(base.token_ids)
     lengths, positions = list(base.chunk_lengths), list(base.logit_positions or [])
     drafted: list[DraftedRow] = []
-    for seq, draft_token_ids in drafts:
+    for seq, (draft_token_ids, draft_probs) in drafts:
         assert seq.kv_id is not None
         chunk = [seq.token_ids[-1], *draft_token_ids]
-        drafted.append(DraftedRow(seq, draft_token_ids, len(positions)))
+        drafted.append(DraftedRow(seq, draft_token_ids, draft_probs, len(positions)))
         positions.extend(range(len(token_ids), len(token_ids) + len(chunk)))
         kv_ids.append(seq.kv_id)
         token_ids.extend(chunk)

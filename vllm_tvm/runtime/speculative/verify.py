@@ -12,6 +12,12 @@ penalties, min_tokens, logit bias, seeds, logprobs) as if the accepted drafts be
 already output, and verification stops at the first mismatch. Under greedy sampling this is
 argmax against the draft, so the output equals the non-speculative one token for token.
 After k accepted drafts the last row gives the bonus token.
+
+A draft model samples its drafts from a distribution q of its own (draft_model.py). Then a
+sampled position runs vLLM's rule itself: p is the distribution the request's sampler would
+draw from (every stage applied), draft x is accepted when u * q(x) < p(x) for a uniform u
+of the request's randomness, and otherwise the token is drawn from norm(max(0, p - q)),
+which is zero at x. Greedy positions stay argmax against the draft (q is then a point mass).
 """
 
 from __future__ import annotations
@@ -21,7 +27,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from vllm_tvm.runtime.sampling.sampler import Sampler, SamplingContext, TokenLogprobs
+from vllm_tvm.runtime.sampling.sampler import (
+    DrawFunction,
+    Sampler,
+    SamplingContext,
+    TokenLogprobs,
+    inverse_cdf,
+)
 
 
 class Verified(NamedTuple):
@@ -52,18 +64,26 @@ def accept_drafts(
 
 
 def verify_on_host(
-    sampler: Sampler, rows: np.ndarray, ctx: SamplingContext, draft_token_ids: Sequence[int]
+    sampler: Sampler,
+    rows: np.ndarray,
+    ctx: SamplingContext,
+    draft_token_ids: Sequence[int],
+    draft_probs: np.ndarray | None = None,
 ) -> Verified:
     """`accept_drafts` with `rows[i]` (the target's logits at draft position i) sampled by
     `sampler` under `ctx`, its output extended by the drafts accepted before i (the context
-    is left as it was found)."""
+    is left as it was found). `draft_probs[i]`: the distribution draft i was drawn from (None:
+    each draft is certain, as a proposer without a model's distribution drafts)."""
     outputs = ctx.output_token_ids
     committed = len(outputs)
 
     def sample_position(position: int) -> tuple[int, TokenLogprobs | None]:
         del outputs[committed:]
         outputs.extend(draft_token_ids[:position])
-        result = sampler.sample(rows[position : position + 1], [ctx])
+        draw = None
+        if draft_probs is not None and position < len(draft_token_ids):
+            draw = rejection_draw(sampler, draft_token_ids[position], draft_probs[position])
+        result = sampler.sample(rows[position : position + 1], [ctx], draw)
         return int(result.token_ids[0]), result.logprobs[0]
 
     try:
@@ -76,3 +96,20 @@ def verify_greedy(targets: Sequence[int], draft_token_ids: Sequence[int]) -> Ver
     """`accept_drafts` when each position's token is already known (the argmax of its row,
     for greedy requests whose sampling changes no logit)."""
     return accept_drafts(draft_token_ids, lambda position: (int(targets[position]), None))
+
+
+def rejection_draw(sampler: Sampler, draft_token_id: int, draft_probs: np.ndarray) -> DrawFunction:
+    """The draw of one position drafted as `draft_token_id` from `draft_probs` (q): accept
+    it with probability min(1, p/q), else draw from norm(max(0, p - q))."""
+
+    def draw(processed: np.ndarray, contexts: Sequence[SamplingContext]) -> np.ndarray:
+        weights = np.exp(processed[0].astype(np.float64) - processed[0].max())
+        target = weights / weights.sum()
+        draft = draft_probs.astype(np.float64)
+        accept = sampler.uniforms(contexts)[0] * draft[draft_token_id] < target[draft_token_id]
+        residual = np.maximum(target - draft, 0.0)
+        if accept or not residual.any():
+            return np.array([draft_token_id])
+        return inverse_cdf(residual[None, :], sampler.uniforms(contexts))
+
+    return draw

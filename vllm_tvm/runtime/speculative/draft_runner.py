@@ -1,0 +1,85 @@
+"""Loading a draft model next to the target, refusing a draft that cannot draft for it.
+
+Why it exists: a draft's token ids are taken as the target's, so a draft with another
+vocabulary would propose nonsense that is merely rejected slowly, or ids the target does not
+have; a draft built for another target or dtype would run on a device the target does not,
+or decode differently from the build the user asked for. Each of these is refused by name
+before anything is decoded. The draft's KV cache holds as many tokens as the target's pool
+plus room for every sequence's drafts, so drafting rarely has to drop a draft KV sequence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.speculative.config import SpeculativeConfig
+from vllm_tvm.runtime.tokenization import load_tokenizer
+
+
+def load_draft_runner(
+    config: SpeculativeConfig,
+    target: ModelRunner,
+    target_model: Path,
+    device: str,
+    max_num_seqs: int,
+    pool_tokens: int,
+    show_progress: bool,
+    params: list[Any] | None = None,
+) -> ModelRunner:
+    """The draft model of `config` (its artifact resolved) on `device`, with a KV
+    cache of `pool_tokens` plus the drafts of `max_num_seqs` sequences; `params`: its
+    weights already on the device (dummy weights), else read from its checkpoint."""
+    if config.draft_artifact is None:
+        raise ValueError(
+            f"the draft model {config.model!r} has no artifact: an engine runs built artifacts "
+            "(LLM and the command line compile the draft like the target)"
+        )
+    draft_manifest = read_manifest(Path(config.draft_artifact))
+    for name in ("target", "dtype"):
+        draft_value, target_value = getattr(draft_manifest, name), getattr(target.manifest, name)
+        if draft_value != target_value:
+            raise ValueError(
+                f"the draft model {config.model!r} was built with {name} {draft_value!r}, the "
+                f"target with {target_value!r}: a draft must be built like its target"
+            )
+    draft_vocab = int(draft_manifest.model_config["vocab_size"])
+    if draft_vocab != target.vocab_size:
+        raise ValueError(
+            f"the draft model {config.model!r} has a vocabulary of {draft_vocab} tokens, the "
+            f"target {target.vocab_size}: a draft must share the target's tokenizer"
+        )
+    assert config.model is not None
+    check_same_tokenizer(Path(config.model), target_model)
+    page_size = target.kv_config.page_size
+    return ModelRunner(
+        config.draft_artifact,
+        config.model,
+        device=device,
+        max_batch_size=max_num_seqs,
+        prefill_chunk_size=target.kv_config.prefill_chunk_size,
+        show_progress=show_progress,
+        max_total_seq_len=pool_tokens
+        + max_num_seqs * (config.num_speculative_tokens + 2 * page_size),
+        params=params,
+    )
+
+
+def check_same_tokenizer(draft_model: Path, target_model: Path) -> None:
+    """Refuse a draft whose tokenizer maps tokens to other ids than the target's; two
+    checkpoints without a tokenizer (token-id benchmarks) pass on their vocabulary size."""
+    vocabularies = []
+    for path in (draft_model, target_model):
+        try:
+            vocabularies.append(load_tokenizer(path).backend.get_vocab(with_added_tokens=True))
+        except FileNotFoundError:
+            vocabularies.append(None)
+    draft, target = vocabularies
+    if draft != target:
+        which = "has no tokenizer" if draft is None or target is None else "differs"
+        raise ValueError(
+            f"the draft model's tokenizer ({draft_model}) {which} from the target's "
+            f"({target_model}): a draft must share the target's tokenizer"
+        )
