@@ -1,0 +1,170 @@
+"""MXFP4 checkpoints (OCP Microscaling) in gpt-oss's and compressed-tensors' layouts.
+
+The checkpoints are made here from a tiny fp32 Llama by a quantizer written from the OCP MX
+spec: each block of 32 inputs shares the E8M0 scale 2**(floor(log2(amax)) - 2) (2 = emax of
+E2M1), and w / scale is rounded to nearest (ties to even) on the E2M1 grid, saturating at 6.
+The oracle's weights are dequantized by transformers' own MXFP4 dequantizer (gpt-oss's
+`convert_moe_packed_tensors`, run on CPU), the dequantizer of record.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from quantized_checkpoints import (
+    PROMPTS,
+    assert_equals_oracle,
+    dequantized_oracle,
+    prefill_logits,
+    rewrite_checkpoint,
+)
+from tiny_models import load_oracle
+from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+from vllm_tvm.checkpoints.mxfp4_weights import GPT_OSS_LAYOUT, Mxfp4Weights
+from vllm_tvm.checkpoints.prequantized import check_prequantized
+from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
+from vllm_tvm.entrypoints.llm import LLM
+
+GPT_OSS = {"quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]}
+COMPRESSED_TENSORS = {
+    "quant_method": "compressed-tensors",
+    "format": "mxfp4-pack-quantized",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group"},
+        }
+    },
+}
+GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+"""E2M1 magnitudes; the code of GRID[i] is i (sign in bit 3)."""
+WEIGHT_RELATIVE_ERROR = 0.13
+"""Bound on ||W - MXFP4(W)|| / ||W|| per weight of the tiny model (measured 0.114-0.121: its
+weights are Gaussian, where 4-bit E2M1 under a power-of-two block scale loses about 12%)."""
+LOGIT_RELATIVE_RMS = 0.75
+"""Bound on the RMS of (MXFP4 logits - float logits) over the RMS of the float logits (measured
+0.43-0.51 on transformers: a 2-layer random model amplifies weight noise; a swapped nibble
+order or a scale off by a power of two lands well above 1)."""
+
+
+def _nearest_even(magnitude: np.ndarray) -> np.ndarray:
+    """E2M1 code (0-7) of each magnitude: round to nearest, ties to the even code, saturate."""
+    low = np.clip(np.searchsorted(GRID, magnitude, side="right") - 1, 0, len(GRID) - 2)
+    middle = (GRID[low] + GRID[low + 1]) / 2
+    up = (magnitude > middle) | ((magnitude == middle) & (low % 2 == 1))
+    return np.where(magnitude >= GRID[-1], len(GRID) - 1, low + up).astype(np.uint8)
+
+
+def _quantize(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """fp32 [out, in] -> (packed codes uint8 [out, in/2], E8M0 exponents uint8 [out, in/32])."""
+    out, columns = weight.shape
+    blocks = weight.reshape(out, columns // 32, 32)
+    amax = np.maximum(np.abs(blocks).max(-1), np.float32(2.0**-100))
+    exponent = np.floor(np.log2(amax)).astype(np.int32) - 2
+    scaled = blocks / np.ldexp(np.float32(1), exponent)[..., None]
+    codes = (_nearest_even(np.abs(scaled)) + 8 * (scaled < 0)).reshape(out, columns)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    return packed, (exponent + 127).astype(np.uint8)
+
+
+def _transformers_dequantized(packed: np.ndarray, exponents: np.ndarray) -> np.ndarray:
+    """transformers' dequantization: it takes expert stacks [E, out, in/32, 16] and returns
+    [E, in, out]; one expert of this weight, transposed back."""
+    blocks = torch.from_numpy(packed.reshape(*exponents.shape, 16))[None]
+    stack = convert_moe_packed_tensors(
+        blocks, torch.from_numpy(exponents)[None], dtype=torch.float32
+    )
+    return stack[0].T.contiguous().numpy()
+
+
+def _gpt_oss(weight: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    packed, exponents = _quantize(weight)
+    blocks = packed.reshape(*exponents.shape, 16)
+    parts = {"weight_blocks": blocks, "weight_scales": exponents}
+    return parts, _transformers_dequantized(packed, exponents)
+
+
+def _compressed_tensors(weight: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    packed, exponents = _quantize(weight)
+    parts = {"weight_packed": packed, "weight_scale": exponents}
+    return parts, _transformers_dequantized(packed, exponents)
+
+
+@pytest.fixture(scope="module")
+def mxfp4_checkpoints(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("mxfp4")
+    shutil.copytree(tiny_model_dir("llama"), root / "float")
+    gpt_oss = rewrite_checkpoint(root / "float", root / "gpt_oss", GPT_OSS, _gpt_oss)
+    rewrite_checkpoint(root / "float", root / "ct", COMPRESSED_TENSORS, _compressed_tensors)
+    return root, gpt_oss
+
+
+def test_reference_quantizer_rounds_half_to_even_and_saturates() -> None:
+    halfway = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, 0.26, 5.01], np.float32)
+    assert GRID[_nearest_even(halfway)].tolist() == [0, 1, 1, 2, 2, 4, 4, 6, 0.5, 6]
+
+
+def test_gpt_oss_layout_fused_equals_transformers_on_dequantized_weights(
+    mxfp4_checkpoints,
+) -> None:
+    root, dequantized = mxfp4_checkpoints
+    llm = LLM(root / "gpt_oss", device="cpu", show_progress=False)
+    assert {p.format for p in llm.runner.manifest.params} == {"float", "mxfp4"}
+    assert_equals_oracle(llm, dequantized_oracle(root / "float", dequantized))
+    ids = llm.tokenizer.encode(PROMPTS[0])
+    with torch.no_grad():
+        original = load_oracle(root / "float")(torch.tensor([ids])).logits[0].numpy()
+    error = prefill_logits(llm, ids) - original
+    assert np.sqrt((error**2).mean() / (original**2).mean()) <= LOGIT_RELATIVE_RMS
+
+
+def test_compressed_tensors_layout_fused_equals_transformers_on_dequantized_weights(
+    mxfp4_checkpoints,
+) -> None:
+    root, dequantized = mxfp4_checkpoints
+    llm = LLM(root / "ct", device="cpu", show_progress=False)
+    assert {p.format for p in llm.runner.manifest.params} == {"float", "mxfp4"}
+    assert_equals_oracle(llm, dequantized_oracle(root / "float", dequantized))
+
+
+def test_view_dequantizes_as_transformers(mxfp4_checkpoints) -> None:
+    root, dequantized = mxfp4_checkpoints
+    view = Mxfp4Weights(SafetensorsWeights(root / "gpt_oss"), GPT_OSS_LAYOUT)
+    name = "model.layers.0.mlp.down_proj.weight"
+    assert view.stored_type(name) == "MXFP4"
+    np.testing.assert_array_equal(view.get(name), dequantized[name])
+    original = SafetensorsWeights(root / "float")
+    for name, weight in dequantized.items():
+        reference = original.get(name)
+        error = np.linalg.norm(weight - reference) / np.linalg.norm(reference)
+        assert error <= WEIGHT_RELATIVE_ERROR, name
+
+
+class _Stack:
+    """A source holding one gpt-oss expert stack."""
+
+    def names(self) -> list[str]:
+        return ["experts.down_proj_blocks", "experts.down_proj_scales"]
+
+    def get(self, name: str) -> np.ndarray:
+        shape = (2, 8, 1, 16) if name.endswith("_blocks") else (2, 8, 1)
+        return np.zeros(shape, np.uint8)
+
+
+def test_expert_stacks_refused_by_name() -> None:
+    view = Mxfp4Weights(_Stack(), GPT_OSS_LAYOUT)
+    with pytest.raises(ValueError, match=r"'experts\.down_proj' is a 4-D stack"):
+        view.get("experts.down_proj")
+
+
+def test_other_compressed_tensors_mx_schemes_refused_by_name() -> None:
+    config = {"quantization_config": dict(COMPRESSED_TENSORS)}
+    config["quantization_config"]["config_groups"] = {
+        "group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}
+    }
+    with pytest.raises(ValueError, match=r"group 'group_0' has .* supported: \(4, 'float', 32"):
+        check_prequantized(config)
