@@ -1,11 +1,12 @@
 """MXFP4 checkpoints (OCP Microscaling) in gpt-oss's and compressed-tensors' layouts.
 
-The checkpoints are made here from a tiny fp32 Llama by a quantizer written from the OCP MX
-spec: each block of 32 inputs shares the E8M0 scale 2**(floor(log2(amax)) - 2) (2 = emax of
-E2M1), and w / scale is rounded to nearest (ties to even) on the E2M1 grid, saturating at 6.
-The oracle's weights are dequantized by transformers' own MXFP4 dequantizer (gpt-oss's
-`convert_moe_packed_tensors`, run on CPU), the dequantizer of record.
-"""
+Both are made here from a tiny fp32 Llama, with the E8M0 scale the OCP MX spec gives each
+block of 32 inputs: 2**(floor(log2(amax)) - 2) (2 = emax of E2M1). The gpt-oss checkpoint is
+quantized by code written from the spec (w / scale rounded to nearest, ties to even, on the
+E2M1 grid, saturating at 6) and its oracle weights are dequantized by transformers' own MXFP4
+dequantizer (gpt-oss's `convert_moe_packed_tensors`, run on CPU), the dequantizer of record.
+The compressed-tensors checkpoint is packed and dequantized by that package's MXFP4
+compressor."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
+from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
 from quantized_checkpoints import (
     PROMPTS,
     assert_equals_oracle,
@@ -40,6 +43,12 @@ COMPRESSED_TENSORS = {
         }
     },
 }
+CT_SCHEME = QuantizationScheme(
+    targets=["Linear"],
+    weights=QuantizationArgs(
+        num_bits=4, type="float", strategy="group", group_size=32, scale_dtype=torch.uint8
+    ),
+)
 GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
 """E2M1 magnitudes; the code of GRID[i] is i (sign in bit 3)."""
 WEIGHT_RELATIVE_ERROR = 0.13
@@ -59,16 +68,21 @@ def _nearest_even(magnitude: np.ndarray) -> np.ndarray:
     return np.where(magnitude >= GRID[-1], len(GRID) - 1, low + up).astype(np.uint8)
 
 
+def _exponents(weight: np.ndarray) -> np.ndarray:
+    """E8M0 exponent (bias 127) of each block of 32: floor(log2(amax)) - 2, as int32."""
+    blocks = weight.reshape(weight.shape[0], -1, 32)
+    amax = np.maximum(np.abs(blocks).max(-1), np.float32(2.0**-100))
+    return np.floor(np.log2(amax)).astype(np.int32) - 2 + 127
+
+
 def _quantize(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """fp32 [out, in] -> (packed codes uint8 [out, in/2], E8M0 exponents uint8 [out, in/32])."""
     out, columns = weight.shape
-    blocks = weight.reshape(out, columns // 32, 32)
-    amax = np.maximum(np.abs(blocks).max(-1), np.float32(2.0**-100))
-    exponent = np.floor(np.log2(amax)).astype(np.int32) - 2
-    scaled = blocks / np.ldexp(np.float32(1), exponent)[..., None]
+    exponents = _exponents(weight)
+    scaled = weight.reshape(out, -1, 32) / np.ldexp(np.float32(1), exponents - 127)[..., None]
     codes = (_nearest_even(np.abs(scaled)) + 8 * (scaled < 0)).reshape(out, columns)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
-    return packed, (exponent + 127).astype(np.uint8)
+    return packed, exponents.astype(np.uint8)
 
 
 def _transformers_dequantized(packed: np.ndarray, exponents: np.ndarray) -> np.ndarray:
@@ -88,10 +102,15 @@ def _gpt_oss(weight: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return parts, _transformers_dequantized(packed, exponents)
 
 
-def _compressed_tensors(weight: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    packed, exponents = _quantize(weight)
-    parts = {"weight_packed": packed, "weight_scale": exponents}
-    return parts, _transformers_dequantized(packed, exponents)
+def _compressed_tensors(weight: np.ndarray) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """Packed by compressed-tensors' own MXFP4 compressor (the scales from the OCP rule) and
+    dequantized by its decompressor (bfloat16, exact for these values)."""
+    scale = torch.from_numpy(np.ldexp(np.float32(1), _exponents(weight) - 127))
+    parts = MXFP4PackedCompressor.compress(
+        {"weight": torch.from_numpy(weight), "weight_scale": scale}, CT_SCHEME
+    )
+    dequantized = MXFP4PackedCompressor.decompress(dict(parts), CT_SCHEME)["weight"]
+    return parts, dequantized.float().numpy()
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +118,8 @@ def mxfp4_checkpoints(tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("mxfp4")
     shutil.copytree(tiny_model_dir("llama"), root / "float")
     gpt_oss = rewrite_checkpoint(root / "float", root / "gpt_oss", GPT_OSS, _gpt_oss)
-    rewrite_checkpoint(root / "float", root / "ct", COMPRESSED_TENSORS, _compressed_tensors)
-    return root, gpt_oss
+    ct = rewrite_checkpoint(root / "float", root / "ct", COMPRESSED_TENSORS, _compressed_tensors)
+    return root, gpt_oss, ct
 
 
 def test_reference_quantizer_rounds_half_to_even_and_saturates() -> None:
@@ -111,7 +130,7 @@ def test_reference_quantizer_rounds_half_to_even_and_saturates() -> None:
 def test_gpt_oss_layout_fused_equals_transformers_on_dequantized_weights(
     mxfp4_checkpoints,
 ) -> None:
-    root, dequantized = mxfp4_checkpoints
+    root, dequantized, _ = mxfp4_checkpoints
     llm = LLM(root / "gpt_oss", device="cpu", show_progress=False)
     assert {p.format for p in llm.runner.manifest.params} == {"float", "mxfp4"}
     assert_equals_oracle(llm, dequantized_oracle(root / "float", dequantized))
@@ -125,14 +144,14 @@ def test_gpt_oss_layout_fused_equals_transformers_on_dequantized_weights(
 def test_compressed_tensors_layout_fused_equals_transformers_on_dequantized_weights(
     mxfp4_checkpoints,
 ) -> None:
-    root, dequantized = mxfp4_checkpoints
+    root, _, dequantized = mxfp4_checkpoints
     llm = LLM(root / "ct", device="cpu", show_progress=False)
     assert {p.format for p in llm.runner.manifest.params} == {"float", "mxfp4"}
     assert_equals_oracle(llm, dequantized_oracle(root / "float", dequantized))
 
 
 def test_view_dequantizes_as_transformers(mxfp4_checkpoints) -> None:
-    root, dequantized = mxfp4_checkpoints
+    root, dequantized, _ = mxfp4_checkpoints
     view = Mxfp4Weights(SafetensorsWeights(root / "gpt_oss"), GPT_OSS_LAYOUT)
     name = "model.layers.0.mlp.down_proj.weight"
     assert view.stored_type(name) == "MXFP4"
