@@ -21,9 +21,11 @@ from quantized_checkpoints import (
     PROMPTS,
     assert_equals_oracle,
     dequantized_oracle,
+    is_projection,
     prefill_logits,
     rewrite_checkpoint,
 )
+from safetensors.torch import load_file, save_file
 from tiny_models import load_oracle
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
@@ -161,6 +163,36 @@ def test_view_dequantizes_as_transformers(mxfp4_checkpoints) -> None:
         reference = original.get(name)
         error = np.linalg.norm(weight - reference) / np.linalg.norm(reference)
         assert error <= WEIGHT_RELATIVE_ERROR, name
+
+
+def _is_projection_or_expert(name: str) -> bool:
+    return is_projection(name) or name.endswith((".w1.weight", ".w2.weight", ".w3.weight"))
+
+
+def test_moe_expert_weights_dequantized_at_load_equal_transformers(
+    tiny_model_dir, tmp_path
+) -> None:
+    """Mixtral's per-expert 2-D weights in MXFP4 too: the stacked experts are float
+    parameters, filled from the dequantized weights; attention stays fused."""
+    float_dir, mxfp4_dir = tiny_model_dir("mixtral_top2"), tmp_path / "mxfp4"
+    dequantized = rewrite_checkpoint(
+        float_dir, mxfp4_dir, GPT_OSS, _gpt_oss, selects=_is_projection_or_expert
+    )
+    assert any(".experts." in name for name in dequantized)
+    # transformers fuses Mixtral's experts on load; its oracle reads a float copy instead.
+    oracle_dir = tmp_path / "oracle"
+    shutil.copytree(float_dir, oracle_dir)
+    state = {}
+    for path in oracle_dir.glob("*.safetensors"):
+        state.update(load_file(path))
+        path.unlink()
+    state.update({name: torch.from_numpy(weight) for name, weight in dequantized.items()})
+    save_file(state, oracle_dir / "model.safetensors")
+    llm = LLM(mxfp4_dir, device="cpu", show_progress=False)
+    formats = {p.name: p.format for p in llm.runner.manifest.params}
+    assert formats["model.layers.0.self_attn.qkv_proj.weight.qs"] == "mxfp4"
+    assert {f for name, f in formats.items() if ".experts." in name} == {"float"}
+    assert_equals_oracle(llm, load_oracle(oracle_dir))
 
 
 class _Stack:

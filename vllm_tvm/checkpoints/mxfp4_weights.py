@@ -12,7 +12,8 @@ data differently:
   `<name>_scale` uint8 [out, in/32], `<name>` ending in `weight`.
 
 This view gives the fused kernel its planes (`qs`: uint32 words of eight codes in input
-order; `e`: the uint8 exponents as stored) or the weight dequantized to float32. Only 2-D
+order; `e`: the uint8 exponents as stored) or the weight dequantized to float32 (what the
+MoE families' per-expert weights get: their stacked experts are float parameters). Only 2-D
 weights are read: gpt-oss's 3-D expert stacks belong to a family that is not served, and a
 tensor of that shape is refused by name.
 """
