@@ -32,11 +32,21 @@ Quantizer = Callable[[np.ndarray], tuple[dict[str, Any], np.ndarray]]
 replaces the trailing `weight` of the tensor's name (`weight`, `weight_scale`, `qzeros`...)."""
 
 
+def is_projection(name: str) -> bool:
+    """Whether HF tensor `name` is an attention or MLP projection weight."""
+    return name.endswith("proj.weight")
+
+
 def rewrite_checkpoint(
-    float_dir: Path, dest: Path, quantization_config: dict[str, Any], quantize: Quantizer
+    float_dir: Path,
+    dest: Path,
+    quantization_config: dict[str, Any],
+    quantize: Quantizer,
+    selects: Callable[[str], bool] = is_projection,
 ) -> dict[str, np.ndarray]:
-    """A copy of `float_dir` whose projection weights `quantize` stored, its config carrying
-    `quantization_config`; returns the dequantized weights by HF name (the oracle's)."""
+    """A copy of `float_dir` whose weights that `selects` names `quantize` stored, its config
+    carrying `quantization_config`; returns the dequantized weights by HF name (the
+    oracle's)."""
     shutil.copytree(float_dir, dest)
     config = json.loads((dest / "config.json").read_text())
     config["quantization_config"] = quantization_config
@@ -45,7 +55,7 @@ def rewrite_checkpoint(
     dequantized: dict[str, np.ndarray] = {}
     for path in dest.glob("*.safetensors"):
         for name, weight in load_file(path).items():
-            if not name.endswith("proj.weight"):
+            if not selects(name):
                 tensors[name] = weight
                 continue
             parts, dequantized[name] = quantize(weight.float().numpy())

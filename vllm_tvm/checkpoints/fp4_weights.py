@@ -38,11 +38,19 @@ def check_nvfp4(quantization_config: dict[str, Any]) -> None:
         raise ValueError(f"NVFP4 group size {group} is not supported; supported: 16")
 
 
-def _codes(packed: np.ndarray) -> np.ndarray:
+def unpack_e2m1(packed: np.ndarray) -> np.ndarray:
     """uint8 [out, in/2] -> 4-bit codes [out, in] (low nibble first)."""
     packed = np.asarray(packed, dtype=np.uint8)
     codes = np.stack([packed & 15, packed >> 4], axis=-1)
     return codes.reshape(packed.shape[0], -1)
+
+
+def e2m1_words(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes [out, in] -> the `qs` plane: uint32 [out, in/8], eight codes per word in
+    input order."""
+    eights = codes.astype(np.uint32).reshape(codes.shape[0], -1, 8)
+    eights = eights << np.arange(0, 32, 4, dtype=np.uint32)
+    return np.ascontiguousarray(np.bitwise_or.reduce(eights, axis=-1).astype(np.uint32))
 
 
 class Nvfp4Weights:
@@ -72,13 +80,10 @@ class Nvfp4Weights:
 
     def planes(self, name: str) -> dict[str, np.ndarray]:
         """The fused kernel's planes: `qs` (eight codes per uint32) and `s` (float32)."""
-        codes = self._codes(name).astype(np.uint32)
-        eights = codes.reshape(codes.shape[0], -1, 8) << np.arange(0, 32, 4, dtype=np.uint32)
-        words = np.bitwise_or.reduce(eights, axis=-1).astype(np.uint32)
-        return {"qs": np.ascontiguousarray(words), "s": self._scale(name)}
+        return {"qs": e2m1_words(self._codes(name)), "s": self._scale(name)}
 
     def _codes(self, name: str) -> np.ndarray:
-        return _codes(self._source.get(name))
+        return unpack_e2m1(self._source.get(name))
 
     def _scale(self, name: str) -> np.ndarray:
         """float32 [out, in/16]: weight_scale * weight_scale_2, multiplied once."""

@@ -112,6 +112,8 @@ FORMATS: dict[str, QuantFormat] = {
         ),
         # E2M1 codes and a float32 scale per 16 columns (checkpoints/fp4_weights.py).
         QuantFormat("nvfp4", "NVFP4", 16, (_NIBBLES, Plane("s", "float32", 16))),
+        # E2M1 codes and a uint8 E8M0 exponent per 32 columns (checkpoints/mxfp4_weights.py).
+        QuantFormat("mxfp4", "MXFP4", 32, (_NIBBLES, Plane("e", "uint8", 32))),
         # FP8 E4M3 bytes and a float32 multiplier per 32 columns (checkpoints/fp8_weights.py).
         QuantFormat(
             "fp8_e4m3", "F8_E4M3", 32, (Plane("qs", "uint8", 1), Plane("s", "float32", 32))

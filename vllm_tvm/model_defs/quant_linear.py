@@ -104,11 +104,10 @@ def _int4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return p.value("s", row, col) * (p.field("qs", row, col) - p.value("z", row, col))
 
 
-def _nvfp4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
-    """NVFP4: E2M1 code times its group's scale. Code bits: sign 3, exponent 2-1, mantissa 0;
-    exponent e > 0 gives 2**(e - 1) * (1 + m / 2), built as an fp32 bit pattern; e = 0 gives
-    m / 2. Exact, as for FP8."""
-    code = p.field_bits("qs", row, col)
+def _e2m1(code: tirx.Expr) -> tirx.Expr:
+    """The fp32 value of a 4-bit E2M1 code (uint32). Code bits: sign 3, exponent 2-1,
+    mantissa 0; exponent e > 0 gives 2**(e - 1) * (1 + m / 2), built as an fp32 bit pattern;
+    e = 0 gives m / 2. Exact, as for FP8."""
     exponent = (code >> tirx.const(1, "uint32")) & tirx.const(3, "uint32")
     mantissa = code & tirx.const(1, "uint32")
     normal = tirx.reinterpret(
@@ -119,7 +118,23 @@ def _nvfp4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     small = mantissa.astype(ACCUMULATION_DTYPE) * _f32(0.5)
     magnitude = tirx.Select(exponent == tirx.const(0, "uint32"), small, normal)
     negative = (code >> tirx.const(3, "uint32")) == tirx.const(1, "uint32")
-    return tirx.Select(negative, -magnitude, magnitude) * p.value("s", row, col)
+    return tirx.Select(negative, -magnitude, magnitude)
+
+
+def _nvfp4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """NVFP4: E2M1 code times its group's fp32 scale."""
+    return _e2m1(p.field_bits("qs", row, col)) * p.value("s", row, col)
+
+
+def _mxfp4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """MXFP4: E2M1 code times 2**(e - 127), e the block's E8M0 exponent. The power of two is
+    e moved into an fp32 exponent field (e = 0: 2**-127, the fp32 subnormal 2**22 ulp);
+    the product is exact, so the value is ldexp(e2m1, e - 127)."""
+    exponent = p.item("e", row, col).astype("uint32")
+    normal = tirx.reinterpret(ACCUMULATION_DTYPE, exponent << tirx.const(23, "uint32"))
+    smallest = tirx.reinterpret(ACCUMULATION_DTYPE, tirx.const(1 << 22, "uint32"))
+    scale = tirx.Select(exponent == tirx.const(0, "uint32"), smallest, normal)
+    return _e2m1(p.field_bits("qs", row, col)) * scale
 
 
 def _fp8_e4m3(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
@@ -155,6 +170,7 @@ _VALUE: dict[str, Value] = {
     "q6_k": _q6_k,
     "fp8_e4m3": _fp8_e4m3,
     "nvfp4": _nvfp4,
+    "mxfp4": _mxfp4,
     **{f"int4_g{group}": _int4 for group in (32, 64, 128)},
 }
 
