@@ -12,20 +12,30 @@ quantized is meant to avoid. Here, per parallel task of FEATURE_BLOCK output fea
   static shapes) the stage is inlined into the dot product instead, which saves the tile's
   store and reload;
 - the dot products run with the reduction split into LANES partial sums (rfactor):
-  VECTOR-wide vector registers, LANES / VECTOR independent accumulators so the FMA latency
-  is hidden, and one horizontal sum per output.
+  vector registers of VECTOR fp32 values (WIDE_VECTOR where the target has AVX-512),
+  LANES / vector independent accumulators so the FMA latency is hidden, and one horizontal
+  sum per output;
+- for a single row over 4-bit words, ROW_BLOCK features advance together over k, so each
+  activation vector loaded serves ROW_BLOCK weight rows (register blocking); int8 weights
+  (Q8_0, FP8), whose product is bound by the weight stream, keep one feature at a time.
+
+Products whose output features are not a whole number of FEATURE_BLOCK blocks are left to
+the plain rule (see `_whole_feature_blocks`).
 
 Measured on the 2-core Zen 3 box, single thread, a 3072x576 Q4_1 GEMV: 0.30 ms with the
 tile, 0.28 ms inlined, 0.45 ms with the plain rule after inlining the stage (LLVM cannot
 vectorise the word/shift indexing), 0.48 ms for the fp32 weight with the plain rule; at 32
-token rows the tile halves the time of inlining (4.9 vs 9.1 ms).
+token rows the tile halves the time of inlining (4.9 vs 9.1 ms). The AVX-512 width and the
+register blocks: benchmarks/cpu_quant_gemv.py (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
-from tvm.target import Target
+from tvm.target import Target, codegen
 
 from vllm_tvm.checkpoints.weight_formats import DEQUANTIZE_BLOCK
 from vllm_tvm.schedules.cpu_matmul import match_nt_matmul
@@ -39,12 +49,41 @@ LANES = 32
 VECTOR = 8
 """fp32 values per vector register (AVX2)."""
 
+WIDE_VECTOR = 16
+"""fp32 values per vector register where the target has AVX-512."""
+
+ROW_BLOCK = 4
+"""Output features whose single-row dot products advance together (register blocking)."""
+
 BLOCK_VALUES = 32
 """Values per quantization block (one set of scales) in every fused format."""
 
 
+@dataclass(frozen=True)
+class QuantMatmulShape:
+    """The register-level choices of the schedule: fp32 lanes per vector and output
+    features per register block of the single-row path."""
+
+    vector: int = VECTOR
+    row_block: int = ROW_BLOCK
+
+
+def shape_for(target: Target, packed: bool) -> QuantMatmulShape:
+    """AVX-512's vector width where `target` has it, AVX2's otherwise; register blocks of
+    ROW_BLOCK features where the weight values are `packed` several to a word (their
+    unpacking, not the weight stream, bounds the product), single features otherwise."""
+    wide = codegen.target_has_features("avx512f", target)
+    return QuantMatmulShape(
+        vector=WIDE_VECTOR if wide else VECTOR, row_block=ROW_BLOCK if packed else 1
+    )
+
+
 class CPUQuantNTMatmul(dl.ScheduleRule):
     """Tile-dequantize, rfactor-vectorised schedule of a quantized NT matmul on CPU."""
+
+    def __init__(self, shape: QuantMatmulShape | None = None) -> None:
+        """`shape`: fixed register-level choices (default: chosen per target)."""
+        self.shape = shape
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool) -> s_tir.Schedule | None:
         matched = match_nt_matmul(func, target)
@@ -53,7 +92,24 @@ class CPUQuantNTMatmul(dl.ScheduleRule):
         sch, infos, info = matched
         if DEQUANTIZE_BLOCK not in [sch.get(block.block_rv).name_hint for block in infos]:
             return None
-        return _schedule(sch, info.block_rv, sch.get_sblock(DEQUANTIZE_BLOCK))
+        if not _whole_feature_blocks(sch, info.block_rv):
+            # rfactor drops the bound check of a partial last block from the final sum,
+            # which then writes past the output: the plain rule schedules those products.
+            return None
+        dequantize = sch.get_sblock(DEQUANTIZE_BLOCK)
+        shape = self.shape or shape_for(target, _reads_packed_words(sch, dequantize))
+        return _schedule(sch, info.block_rv, dequantize, shape)
+
+
+def _whole_feature_blocks(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV) -> bool:
+    """Whether the output features are a known multiple of FEATURE_BLOCK."""
+    extent = sch.get(sch.get_loops(block)[-2]).extent
+    return isinstance(extent, tirx.IntImm) and int(extent) % FEATURE_BLOCK == 0
+
+
+def _reads_packed_words(sch: s_tir.Schedule, dequantize: s_tir.schedule.SBlockRV) -> bool:
+    """Whether the dequantize stage reads bit fields out of uint32 words (4-bit formats)."""
+    return any(str(read.source.dtype) == "uint32" for read in sch.get(dequantize).reads)
 
 
 def _is_single_row(sch: s_tir.Schedule, row_loops: list[s_tir.schedule.LoopRV]) -> bool:
@@ -63,7 +119,10 @@ def _is_single_row(sch: s_tir.Schedule, row_loops: list[s_tir.schedule.LoopRV]) 
 
 
 def _schedule(
-    sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV, dequantize: s_tir.schedule.SBlockRV
+    sch: s_tir.Schedule,
+    block: s_tir.schedule.SBlockRV,
+    dequantize: s_tir.schedule.SBlockRV,
+    shape: QuantMatmulShape,
 ) -> s_tir.Schedule:
     *spatial, reduce_loop = sch.get_loops(block)
     single_row = _is_single_row(sch, spatial[:-1])
@@ -78,14 +137,25 @@ def _schedule(
         order.insert(1, rows)
     sch.reorder(*order)
 
-    # Partial sums over lanes, kept in a per-feature local buffer.
-    partial = sch.rfactor(k_lane, factor_axis=len(spatial))
+    # Partial sums over lanes, kept in a local buffer whose last axis is the lane (so that a
+    # block of features' lanes are contiguous vectors).
+    output_rank = len(sch.get(block).writes[0].region)
+    partial = sch.rfactor(k_lane, factor_axis=output_rank)
     final_loops = sch.get_loops(block)
-    sch.compute_at(partial, final_loops[-2])
+    if single_row and shape.row_block > 1:
+        # ROW_BLOCK features' partial sums advance together over k, so that each load of
+        # the activations serves ROW_BLOCK weight rows.
+        group, _ = sch.split(final_loops[-2], [None, shape.row_block])
+        sch.compute_at(partial, group)
+        *_, lane, row, k_step = sch.get_loops(partial)
+        sch.reorder(k_step, row, lane)
+        sch.unroll(row)
+    else:
+        sch.compute_at(partial, final_loops[-2])
+        *_, lane, k_step = sch.get_loops(partial)
+        sch.reorder(k_step, lane)
     sch.set_scope(partial, 0, "local")
-    *_, lane, k_step = sch.get_loops(partial)
-    sch.reorder(k_step, lane)
-    accumulators, vector = sch.split(lane, [LANES // VECTOR, VECTOR])
+    accumulators, vector = sch.split(lane, [LANES // shape.vector, shape.vector])
     sch.vectorize(vector)
     sch.unroll(accumulators)
 
@@ -94,7 +164,8 @@ def _schedule(
         # that a block's scales are loaded once for its BLOCK_VALUES / VECTOR vectors.
         sch.compute_at(dequantize, final_loops[0])
         _, tile_column = sch.get_loops(dequantize)[-2:]
-        _, block_vectors, values = sch.split(tile_column, [None, BLOCK_VALUES // VECTOR, VECTOR])
+        vectors = BLOCK_VALUES // shape.vector
+        _, block_vectors, values = sch.split(tile_column, [None, vectors, shape.vector])
         sch.vectorize(values)
         sch.unroll(block_vectors)
 
