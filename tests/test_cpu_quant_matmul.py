@@ -109,3 +109,9 @@ def test_features_in_a_partial_block_fall_to_the_plain_rule() -> None:
     """72 features: the last block of 16 is partial, which the quantized rule declines."""
     scheduled = _check_against_unscheduled("q4_1", 1, 72, CPUQuantNTMatmul(), CPUNTMatmul())
     assert "nt_matmul_acc_rf" not in scheduled.script()
+
+
+def test_several_rows_of_a_partial_block_equal_the_unscheduled_lowering() -> None:
+    """40 features of Q8_0 over 3 token rows (a latent-attention projection's shape): the
+    rows after the first were wrong before partial blocks were declined."""
+    _check_against_unscheduled("q8_0", 3, 40, CPUQuantNTMatmul(), CPUNTMatmul())
