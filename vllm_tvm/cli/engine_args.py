@@ -60,6 +60,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     add_weight_format_argument(parser)
     add_quantization_argument(parser)
     parser.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=None,
+        help="split a Llama-family model over this many ranks (CPU: threads of one process; "
+        "CUDA: GPUs, needs TVM's NCCL binding) " + _default("tensor_parallel_size"),
+    )
+    parser.add_argument(
         "--load-format",
         choices=LOAD_FORMATS,
         default=None,

@@ -34,7 +34,6 @@ NOT_IMPLEMENTED = (
     "--enable-jump-forward",
     "--tokenizer",
     "--tokenizer-config",
-    "--tensor-parallel-size",
     "--pipeline-parallel-size",
     "--data-parallel-size",
     "--enable-lora",
@@ -117,8 +116,6 @@ NOT_IMPLEMENTED = (
 HINTS = {
     "--num-gpu-blocks-override": "use --num-blocks",
     "--default-chat-template-kwargs": "use --enable-thinking to set enable_thinking",
-    "--tensor-parallel-size": "a server runs on one device",
-    "-tp": "a server runs on one device",
 }
 """What to do instead, for some refused flags."""
 
