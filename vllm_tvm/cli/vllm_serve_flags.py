@@ -44,7 +44,6 @@ NOT_IMPLEMENTED = (
     "--cuda-profile-graph-replays",
     "--cuda-profile-graph-batch",
     "--video-dit",
-    "-tp",
     "-pp",
     "-dp",
     "--no-enable-chunked-prefill",
