@@ -8,6 +8,7 @@ splits its KV heads; the one-KV-head model replicates its head on both ranks.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tiny_models import load_oracle
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 from vllm_tvm.checkpoints.shard_slices import rank_reader
+from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.model_defs.config import parse_llama_family_config
 from vllm_tvm.model_defs.llama import fused_weight_sources
@@ -159,3 +161,13 @@ def test_unsplittable_models_are_refused_by_name(tiny_model_dir) -> None:
         with_shards(dataclasses.replace(config, qk_norm=True, qk_norm_scope="projection"), 2)
     with pytest.raises(TensorParallelError, match="fused projections"):
         source_shard("model.layers.0.self_attn.qkv_proj.weight", with_shards(config, 2))
+
+
+def test_cli_generate_with_two_ranks_equals_the_llm(split_llms, tiny_model_dir, capsys) -> None:
+    model_dir = tiny_model_dir("llama")
+    argv = ["generate", "--model", str(model_dir), "--prompt", PROMPTS[1], "--max-tokens", "16"]
+    assert cli_main([*argv, "--tensor-parallel-size", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    params = SamplingParams(temperature=0.0, max_tokens=16)
+    expected = split_llms["llama"].generate([PROMPTS[1]], params)[0].outputs[0].token_ids
+    assert result["token_ids"] == expected
