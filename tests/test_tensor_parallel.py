@@ -140,12 +140,7 @@ def test_greedy_tokens_equal_transformers(name: str, split_llms, tiny_model_dir)
 def test_prefill_logits_within_1e_4_of_transformers(name: str, split_llms, tiny_model_dir) -> None:
     llm = split_llms[name]
     ids = llm.tokenizer.encode(PROMPTS[2])
-    runner = llm.runner
-    runner.kv_cache.add_sequence(7)
-    try:
-        logits = runner.prefill([7], [ids], logit_positions=range(len(ids)))
-    finally:
-        runner.kv_cache.remove_sequence(7)
+    logits = _prefill_logits(llm, ids)
     with torch.no_grad():
         expected = load_oracle(tiny_model_dir(name))(torch.tensor([ids])).logits[0].numpy()
     assert np.abs(logits - expected).max() <= 1e-4
@@ -171,3 +166,33 @@ def test_cli_generate_with_two_ranks_equals_the_llm(split_llms, tiny_model_dir, 
     params = SamplingParams(temperature=0.0, max_tokens=16)
     expected = split_llms["llama"].generate([PROMPTS[1]], params)[0].outputs[0].token_ids
     assert result["token_ids"] == expected
+
+
+def _prefill_logits(llm: LLM, ids: list[int]) -> np.ndarray:
+    llm.runner.kv_cache.add_sequence(7)
+    try:
+        return llm.runner.prefill([7], [ids], logit_positions=range(len(ids)))
+    finally:
+        llm.runner.kv_cache.remove_sequence(7)
+
+
+def test_two_ranks_equal_one_rank(split_llms, tiny_model_dir) -> None:
+    single = LLM(tiny_model_dir("llama"), device="cpu", show_progress=False)
+    split = split_llms["llama"]
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    one = [output.outputs[0].token_ids for output in single.generate(PROMPTS, params)]
+    two = [output.outputs[0].token_ids for output in split.generate(PROMPTS, params)]
+    assert one == two
+    ids = single.tokenizer.encode(PROMPTS[2])
+    assert np.abs(_prefill_logits(single, ids) - _prefill_logits(split, ids)).max() <= 1e-4
+
+
+def test_cuda_ranks_without_tvms_nccl_binding_are_refused_by_name() -> None:
+    from vllm_tvm.runtime.model.tensor_parallel_runner import NCCL_INIT, _start_session
+    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+
+    tvm = load_runtime()
+    if tvm.get_global_func(NCCL_INIT, allow_missing=True) is not None:
+        pytest.skip("this TVM has its NCCL binding")
+    with pytest.raises(RuntimeError, match="NCCL binding"):
+        _start_session(tvm, "cuda", 2)
