@@ -18,7 +18,7 @@ NO_EFFECT_SWITCHES = {
     "(VLLM_TVM_CUDA_GRAPH=0 at compile time turns them off)",
     "--disable-log-stats": "the server logs no periodic engine statistics (see /metrics)",
     "--disable-frontend-multiprocessing": "the server and engine already share one process",
-    "--disable-custom-all-reduce": "one device: there is no all-reduce",
+    "--disable-custom-all-reduce": "tensor-parallel ranks all-reduce through their CCL only",
     "--enable-chunked-prefill": "long prompts are always prefilled in chunks",
 }
 """vLLM switches accepted with no effect, and why their effect does not apply here."""
