@@ -196,3 +196,10 @@ def test_cuda_ranks_without_tvms_nccl_binding_are_refused_by_name() -> None:
         pytest.skip("this TVM has its NCCL binding")
     with pytest.raises(RuntimeError, match="NCCL binding"):
         _start_session(tvm, "cuda", 2)
+
+
+def test_a_checkpoint_that_cannot_slice_is_refused_by_name(tiny_model_dir) -> None:
+    model_dir = tiny_model_dir("llama")
+    whole_tensors_only = type("WholeTensors", (), {"get": SafetensorsWeights(model_dir).get})()
+    with pytest.raises(ValueError, match="WholeTensors cannot slice"):
+        rank_reader(_checkpoint_plan(model_dir), whole_tensors_only, 0)
