@@ -123,17 +123,27 @@ def test_the_manifest_records_the_plan(split_llms) -> None:
     assert shapes["model.layers.0.mlp.down_proj.weight"] == [64, 64]
 
 
-@pytest.mark.parametrize("name", SPLIT_MODELS)
-def test_greedy_tokens_equal_transformers(name: str, split_llms, tiny_model_dir) -> None:
-    oracle = load_oracle(tiny_model_dir(name))
+def _assert_greedy_equals_transformers(llm: LLM, model_dir) -> None:
+    oracle = load_oracle(model_dir)
     oracle.generation_config.eos_token_id = None
     oracle.generation_config.pad_token_id = 0
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-    for output in split_llms[name].generate(PROMPTS, params):
+    for output in llm.generate(PROMPTS, params):
         ids = output.prompt_token_ids
         with torch.no_grad():
             expected = oracle.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS)
         assert output.outputs[0].token_ids == expected[0, len(ids) :].tolist()
+
+
+@pytest.mark.parametrize("name", SPLIT_MODELS)
+def test_greedy_tokens_equal_transformers(name: str, split_llms, tiny_model_dir) -> None:
+    _assert_greedy_equals_transformers(split_llms[name], tiny_model_dir(name))
+
+
+def test_split_q_k_v_biases_and_tied_embeddings_equal_transformers(tiny_model_dir) -> None:
+    model_dir = tiny_model_dir("qwen2_tied_bias")
+    llm = LLM(model_dir, device="cpu", tensor_parallel_size=2, show_progress=False)
+    _assert_greedy_equals_transformers(llm, model_dir)
 
 
 @pytest.mark.parametrize("name", SPLIT_MODELS)
