@@ -27,7 +27,6 @@ from typing import Any
 
 from vllm_tvm.checkpoints.shard_slices import SourceShard
 
-COLUMN_SOURCES = (".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj.")
 ROW_SOURCES = (".o_proj.weight", ".down_proj.weight")
 PREFUSED_SOURCES = (".qkv_proj.", ".gate_up_proj.")
 TENSOR_PARALLEL_ARCHITECTURES = (
