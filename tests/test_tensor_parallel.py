@@ -193,6 +193,8 @@ def test_two_ranks_equal_one_rank(split_llms, tiny_model_dir) -> None:
     one = [output.outputs[0].token_ids for output in single.generate(PROMPTS, params)]
     two = [output.outputs[0].token_ids for output in split.generate(PROMPTS, params)]
     assert one == two
+    # Each rank caches its one of the two KV heads: half the bytes per token per device.
+    assert 2 * split.runner.kv_bytes_per_token == single.runner.kv_bytes_per_token
     ids = single.tokenizer.encode(PROMPTS[2])
     assert np.abs(_prefill_logits(single, ids) - _prefill_logits(split, ids)).max() <= 1e-4
 
