@@ -49,6 +49,8 @@ TINY_MODELS = {
     spec.name: spec
     for spec in [
         TinyModelSpec("llama", "LlamaConfig", {}),
+        # One KV head: a tensor-parallel split replicates it on every rank.
+        TinyModelSpec("llama_one_kv_head", "LlamaConfig", {"num_key_value_heads": 1}),
         TinyModelSpec(
             "llama3_rope_tied",
             "LlamaConfig",

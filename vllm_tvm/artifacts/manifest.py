@@ -70,6 +70,9 @@ class Manifest:
     quantization: str | None = None
     """Group quantization the loader applies to a float checkpoint's weights
     (checkpoints/group_quantization.py); None: the weights are read as stored."""
+    tensor_parallel: dict[str, Any] | None = None
+    """The sharding plan of a tensor-parallel artifact (model_defs/tensor_parallel.py:
+    `shards` and each parameter's per-rank source slices); None: one rank."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

@@ -35,10 +35,11 @@ def remembered_artifact(
     dtype: str,
     weight_format: str,
     quantization: str | None = None,
+    tensor_parallel_size: int = 1,
 ) -> Path | None:
     """The artifact this resolution found last time, when nothing it depends on changed and
     the artifact is still complete; else None."""
-    entry = _entry_path(model, device, dtype, weight_format, quantization)
+    entry = _entry_path(model, device, dtype, weight_format, quantization, tensor_parallel_size)
     try:
         artifact = Path(json.loads(entry.read_text(encoding="utf-8"))["artifact"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -53,10 +54,11 @@ def remember_artifact(
     weight_format: str,
     artifact: Path,
     quantization: str | None = None,
+    tensor_parallel_size: int = 1,
 ) -> None:
     """Remember that this resolution found `artifact` (best effort: a cache directory that
     cannot be written only costs the next start the full resolution)."""
-    entry = _entry_path(model, device, dtype, weight_format, quantization)
+    entry = _entry_path(model, device, dtype, weight_format, quantization, tensor_parallel_size)
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         partial = entry.with_suffix(f".{os.getpid()}.tmp")
@@ -67,11 +69,20 @@ def remember_artifact(
 
 
 def _entry_path(
-    model: str | Path, device: str, dtype: str, weight_format: str, quantization: str | None
+    model: str | Path,
+    device: str,
+    dtype: str,
+    weight_format: str,
+    quantization: str | None,
+    tensor_parallel_size: int,
 ) -> Path:
     request = [str(Path(model).resolve()), device, dtype, weight_format]
+    if quantization is not None:
+        request.append(quantization)
+    if tensor_parallel_size > 1:  # unsplit resolutions keep their entries
+        request.append(f"tp{tensor_parallel_size}")
     fingerprint = {
-        "request": request if quantization is None else [*request, quantization],
+        "request": request,
         "model_files": _stats(_model_files(Path(model))),
         "sources": _source_signature(),
         "tvm": _installed_version("apache-tvm"),

@@ -60,10 +60,15 @@ def _read_header(path: Path) -> tuple[int, dict]:
 
 
 class SafetensorsWeights:
-    """Tensors of every `*.safetensors` file in a model directory, by HF name."""
+    """Tensors of every `*.safetensors` file in a model directory, by HF name.
+
+    `get_slice` copies out one rank's part of a tensor (tensor parallelism) and counts the
+    bytes it copied in `slice_bytes_read`, so a sharded load can show it read no more.
+    """
 
     def __init__(self, model_dir: str | Path) -> None:
         self.model_dir = Path(model_dir)
+        self.slice_bytes_read = 0
         files = sorted(self.model_dir.glob("*.safetensors"))
         if not files:
             raise CheckpointFormatError(f"no *.safetensors files in {self.model_dir}")
@@ -102,11 +107,38 @@ class SafetensorsWeights:
     def get(self, name: str) -> np.ndarray:
         """A read-only view of one tensor, in its stored dtype."""
         record = self._record(name)
+        return (
+            self._mapped(record)[record.begin : record.end].view(record.dtype).reshape(record.shape)
+        )
+
+    def get_slice(self, name: str, axis: int, start: int, stop: int) -> np.ndarray:
+        """A copy of entries [start, stop) along `axis` (0: rows, one contiguous byte range;
+        1: columns of a matrix, a range of each row), reading only those bytes."""
+        record = self._record(name)
+        if axis not in (0, 1) or (axis == 1 and len(record.shape) != 2):
+            raise ValueError(f"cannot slice {name} {list(record.shape)} along axis {axis}")
+        if not 0 <= start < stop <= record.shape[axis]:
+            raise ValueError(f"slice [{start}, {stop}) out of range for {name} axis {axis}")
+        mapped = self._mapped(record)
+        row_bytes = int(np.prod(record.shape[1:], dtype=np.int64)) * record.dtype.itemsize
+        if axis == 0:
+            begin = record.begin + start * row_bytes
+            rows = mapped[begin : record.begin + stop * row_bytes]
+            part = rows.view(record.dtype).reshape((stop - start, *record.shape[1:])).copy()
+        else:
+            matrix = mapped[record.begin : record.end].reshape(record.shape[0], row_bytes)
+            item = record.dtype.itemsize
+            columns = matrix[:, start * item : stop * item]
+            part = np.ascontiguousarray(columns).view(record.dtype)
+        self.slice_bytes_read += part.nbytes
+        return part
+
+    def _mapped(self, record: _TensorRecord) -> np.memmap:
         mapped = self._maps.get(record.file)
         if mapped is None:
             mapped = np.memmap(record.file, dtype=np.uint8, mode="r")
             self._maps[record.file] = mapped
-        return mapped[record.begin : record.end].view(record.dtype).reshape(record.shape)
+        return mapped
 
     def _record(self, name: str) -> _TensorRecord:
         record = self._records.get(name)

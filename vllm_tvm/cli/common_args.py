@@ -46,6 +46,18 @@ def add_quantization_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tensor_parallel_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--tensor-parallel-size` / `-tp` (vLLM's names; default 1: one device)."""
+    parser.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=default_of("tensor_parallel_size"),
+        help="split a Llama-family model over this many ranks (CPU: threads of one process; "
+        "CUDA: GPUs, needs TVM's NCCL binding) (default 1)",
+    )
+
+
 def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--gemm` (default `auto`: cuBLASLt for 16-bit floats on CUDA, TIR elsewhere)."""
     parser.add_argument(

@@ -10,6 +10,7 @@ from vllm_tvm.cli.common_args import (
     add_dtype_argument,
     add_gemm_argument,
     add_quantization_argument,
+    add_tensor_parallel_argument,
     add_weight_format_argument,
 )
 
@@ -31,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_quantization_argument(parser)
     add_gemm_argument(parser)
     add_attention_argument(parser)
+    add_tensor_parallel_argument(parser)
     parser.add_argument(
         "--output",
         type=Path,
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         args.gemm,
         args.attention,
         args.quantization,
+        args.tensor_parallel_size,
     )
     if args.output is None:
         artifact = compile_cached(request)

@@ -18,6 +18,7 @@ from typing import Any
 from vllm_tvm.cli.common_args import (
     add_dtype_argument,
     add_quantization_argument,
+    add_tensor_parallel_argument,
     add_weight_format_argument,
 )
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
@@ -59,6 +60,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     add_dtype_argument(parser)
     add_weight_format_argument(parser)
     add_quantization_argument(parser)
+    add_tensor_parallel_argument(parser)
     parser.add_argument(
         "--load-format",
         choices=LOAD_FORMATS,

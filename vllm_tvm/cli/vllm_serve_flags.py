@@ -18,7 +18,7 @@ NO_EFFECT_SWITCHES = {
     "(VLLM_TVM_CUDA_GRAPH=0 at compile time turns them off)",
     "--disable-log-stats": "the server logs no periodic engine statistics (see /metrics)",
     "--disable-frontend-multiprocessing": "the server and engine already share one process",
-    "--disable-custom-all-reduce": "one device: there is no all-reduce",
+    "--disable-custom-all-reduce": "tensor-parallel ranks all-reduce through their CCL only",
     "--enable-chunked-prefill": "long prompts are always prefilled in chunks",
 }
 """vLLM switches accepted with no effect, and why their effect does not apply here."""
@@ -34,7 +34,6 @@ NOT_IMPLEMENTED = (
     "--enable-jump-forward",
     "--tokenizer",
     "--tokenizer-config",
-    "--tensor-parallel-size",
     "--pipeline-parallel-size",
     "--data-parallel-size",
     "--enable-lora",
@@ -45,7 +44,6 @@ NOT_IMPLEMENTED = (
     "--cuda-profile-graph-replays",
     "--cuda-profile-graph-batch",
     "--video-dit",
-    "-tp",
     "-pp",
     "-dp",
     "--no-enable-chunked-prefill",
@@ -117,8 +115,6 @@ NOT_IMPLEMENTED = (
 HINTS = {
     "--num-gpu-blocks-override": "use --num-blocks",
     "--default-chat-template-kwargs": "use --enable-thinking to set enable_thinking",
-    "--tensor-parallel-size": "a server runs on one device",
-    "-tp": "a server runs on one device",
 }
 """What to do instead, for some refused flags."""
 

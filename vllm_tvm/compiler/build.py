@@ -27,7 +27,7 @@ from vllm_tvm.checkpoints.weight_formats import NATIVE
 from vllm_tvm.compiler.attention import resolve_attention
 from vllm_tvm.compiler.backends import ATTENTION_TIR, GEMM_BACKENDS, GEMM_CUBLASLT, GEMM_TIR
 from vllm_tvm.compiler.cuda_build import build_relax_module
-from vllm_tvm.compiler.export import ExportedModel, export_model
+from vllm_tvm.compiler.export import ExportedModel, export_model, request_model_config
 from vllm_tvm.compiler.fp8_gemm_dispatch import fp8_gemm_applies
 from vllm_tvm.compiler.gemm_dispatch import calls_cublaslt
 from vllm_tvm.compiler.library_metadata import library_metadata
@@ -54,6 +54,7 @@ def make_request(
     gemm: str = "auto",
     attention: str = ATTENTION_TIR,
     quantization: str | None = None,
+    tensor_parallel_shards: int = 1,
 ) -> CompileRequest:
     """Validate user-facing compile options (target name, dtype, weight format) into a request.
 
@@ -63,6 +64,7 @@ def make_request(
     keeps every matmul a TIR kernel, `auto` is `cublaslt` where it applies. `attention`:
     `tir` or `flashinfer` (compiler/attention.py). `quantization`: quantize a float
     checkpoint's weights in groups (checkpoints/group_quantization.py), None: as stored.
+    `tensor_parallel_shards`: ranks the network is split over (model_defs/tensor_parallel.py).
     """
     model_path = Path(model)
     config = read_model_config(model_path)
@@ -94,6 +96,7 @@ def make_request(
         resolved_gemm,
         resolved_attention,
         quantization,
+        tensor_parallel_shards,
     )
 
 
@@ -114,8 +117,7 @@ def _resolve_gemm(gemm: str, spec: TargetSpec, dtype: str) -> str:
 
 def cache_key_for(request: CompileRequest) -> str:
     """The content-addressed cache key of a request."""
-    config = read_model_config(request.model_path)
-    parsed = family_for(config).parse_config(config)
+    _, parsed = request_model_config(request)
     target = json.dumps(
         {
             **request.target.resolved_config(),

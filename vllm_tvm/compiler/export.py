@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import tvm
 
@@ -31,7 +32,8 @@ from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS
 from vllm_tvm.compiler.weight_plan import param_entry
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.model_defs.registry import ModelFamily, family_for
+from vllm_tvm.model_defs.tensor_parallel import TensorParallelError, manifest_plan, with_shards
 
 
 @dataclass(frozen=True)
@@ -53,13 +55,23 @@ def _attention_build_environment(request: CompileRequest) -> AbstractContextMana
     return flashinfer_build_environment(request.target.arch, build_libcuda_stub())
 
 
-def export_model(request: CompileRequest) -> ExportedModel:
-    """The Relax module of the request's model and the manifest of its artifact."""
+def request_model_config(request: CompileRequest) -> tuple[ModelFamily, Any]:
+    """The request's model family and parsed config (split over its tensor-parallel ranks;
+    a split is refused by name for quantized weights)."""
     config = read_model_config(request.model_path)
     family = family_for(config)
-    model_config = family.parse_config(config)
+    shards = request.tensor_parallel_shards
+    if shards > 1 and (request.weight_formats or request.quantization):
+        raise TensorParallelError("tensor parallelism is not supported for quantized weights")
+    model_config = with_shards(family.parse_config(config), shards)
     softcap = getattr(model_config, "attn_logit_softcapping", None)  # llama-family only
     check_attention_softcap(request.attention, softcap)
+    return family, model_config
+
+
+def export_model(request: CompileRequest) -> ExportedModel:
+    """The Relax module of the request's model and the manifest of its artifact."""
+    family, model_config = request_model_config(request)
     target = request.target.make_target()
     model = family.build_model(model_config, request.dtype, target, attention=request.attention)
     apply_weight_formats(model, request.weight_formats)
@@ -96,5 +108,10 @@ def export_model(request: CompileRequest) -> ExportedModel:
         gemm=request.gemm,
         attention=request.attention,
         quantization=request.quantization,
+        tensor_parallel=(
+            manifest_plan({entry.name: entry.sources for entry in params}, model_config)
+            if request.tensor_parallel_shards > 1
+            else None
+        ),
     )
     return ExportedModel(mod, manifest, link_options)

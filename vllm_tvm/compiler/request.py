@@ -29,3 +29,6 @@ class CompileRequest:
     quantization: str | None = None
     """Group quantization of a float checkpoint's weights at load (checkpoints/
     group_quantization.py); None: weights load as the checkpoint stores them."""
+    tensor_parallel_shards: int = 1
+    """Ranks the network is split over (model_defs/tensor_parallel.py): one artifact serves
+    every rank."""

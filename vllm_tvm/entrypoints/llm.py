@@ -34,16 +34,20 @@ def resolve_artifact(
     weight_format: str = NATIVE,
     quantization: str | None = None,
     target: str | None = None,
+    tensor_parallel_size: int = 1,
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format,
     quantization), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
     types quantized on the device, `dequantized` stores every weight as floats;
     `quantization`: a group-quantization method for a float checkpoint's weights. `target`
     names another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's).
+    `tensor_parallel_size` > 1: the artifact of the model split over that many ranks.
     A resolution for this machine remembered unchanged (artifacts/resolution_memo.py) needs
     no compiler import."""
     if target is None:
-        remembered = remembered_artifact(model, device, dtype, weight_format, quantization)
+        remembered = remembered_artifact(
+            model, device, dtype, weight_format, quantization, tensor_parallel_size
+        )
         if remembered is not None:
             return remembered
     from vllm_tvm.compiler.build import compile_cached, make_request
@@ -54,10 +58,13 @@ def resolve_artifact(
         dtype,
         weight_format,
         quantization=quantization,
+        tensor_parallel_shards=tensor_parallel_size,
     )
     artifact = compile_cached(request, show_progress)
     if target is None:
-        remember_artifact(model, device, dtype, weight_format, artifact, quantization)
+        remember_artifact(
+            model, device, dtype, weight_format, artifact, quantization, tensor_parallel_size
+        )
     return artifact
 
 
@@ -73,6 +80,7 @@ def artifact_for(args: EngineArgs) -> Path:
         args.show_progress,
         args.weight_format,
         args.quantization,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
 
 

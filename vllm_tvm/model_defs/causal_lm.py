@@ -60,6 +60,11 @@ class PagedCausalLM(nn.Module):
         """`rope_mode`, `rope_scale`, `rope_theta`, `rope_scaling`, `rotary_dim` of the cache."""
         raise NotImplementedError
 
+    def cache_heads(self) -> tuple[int, int]:
+        """(q heads, KV heads) the paged KV cache is built for."""
+        cfg: HeadShape = self.config
+        return cfg.num_attention_heads, cfg.num_key_value_heads
+
     def cache_layers(self) -> dict[str, Any]:
         """`attn_kind` (one TVM attention kind per KV-cache layer) and optionally
         `layer_sliding_window_size` of the cache: by default every layer attends to all."""
@@ -98,6 +103,7 @@ class PagedCausalLM(nn.Module):
         cache_class = FlashInferPagedKVCache if self.attention == "flashinfer" else TIRPagedKVCache
         layers = self.cache_layers()
         num_layers = len(layers["attn_kind"])
+        q_heads, kv_heads = self.cache_heads()
         cache = cache_class(
             **layers,
             max_batch_size=max_batch_size,
@@ -107,8 +113,8 @@ class PagedCausalLM(nn.Module):
             support_sliding_window=support_sliding_window,
             layer_partition=rx.ShapeExpr([0, num_layers]),
             num_hidden_layers=num_layers,
-            num_attention_heads=cfg.num_attention_heads,
-            num_key_value_heads=cfg.num_key_value_heads,
+            num_attention_heads=q_heads,
+            num_key_value_heads=kv_heads,
             qk_head_dim=cfg.head_dim,
             v_head_dim=cfg.head_dim,
             mla_original_qk_head_dim=0,

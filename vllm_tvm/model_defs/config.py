@@ -101,6 +101,8 @@ class LlamaFamilyConfig(ConfigRecord):
     every layer attends to the whole context."""
     rope_local_theta: float | None = None
     """RoPE base of the sliding layers when it differs from `rope_theta` (Gemma 3)."""
+    tensor_parallel_shards: int = 1
+    """Ranks the network is split over (model_defs/tensor_parallel.py); 1: unsplit."""
 
     @property
     def sliding_layers(self) -> list[bool]:
@@ -132,7 +134,10 @@ class LlamaFamilyConfig(ConfigRecord):
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form (stored in the artifact's metadata), with the KV cache's layer
         count for the runtime's memory sizing."""
-        return {**super().to_dict(), "kv_cache_layers": len(self.kv_cache_layer_kinds)}
+        record = {**super().to_dict(), "kv_cache_layers": len(self.kv_cache_layer_kinds)}
+        if self.tensor_parallel_shards == 1:
+            del record["tensor_parallel_shards"]  # unsplit models keep their fingerprints
+        return record
 
 
 def require_key(config: dict[str, Any], key: str) -> Any:

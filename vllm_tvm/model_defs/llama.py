@@ -43,6 +43,7 @@ from vllm_tvm.model_defs.rope_scaling import (
     rope_frequencies,
 )
 from vllm_tvm.model_defs.rotary import apply_rotary
+from vllm_tvm.model_defs.tensor_parallel import rank_widths, shards_of
 
 FUSED_PROJECTIONS = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -54,8 +55,10 @@ class LlamaAttention(nn.Module):
     """Self-attention with fused qkv projection over the paged KV cache."""
 
     def __init__(self, config: LlamaFamilyConfig, dtype: str, layer_id: int) -> None:
-        self.num_q_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
+        widths = rank_widths(config)
+        self.num_q_heads = widths.q_heads
+        self.num_kv_heads = widths.kv_heads
+        self.shards = shards_of(config)
         self.head_dim = config.head_dim
         fused_heads = self.num_q_heads + 2 * self.num_kv_heads
         self.qkv_proj = NTLinear(
@@ -103,7 +106,7 @@ class LlamaAttention(nn.Module):
             layer_id, qkv, self.num_q_heads, sm_scale=self.sm_scale
         )
         attn = op.reshape(attn, (batch, seq_len, self.num_q_heads * self.head_dim))
-        return self.o_proj(attn)
+        return sum_over_ranks(self.o_proj(attn), self.shards)
 
 
 class LlamaMLP(nn.Module):
@@ -113,7 +116,8 @@ class LlamaMLP(nn.Module):
         self, config: LlamaFamilyConfig, dtype: str, intermediate_size: int | None = None
     ) -> None:
         """`intermediate_size` overrides the config's (an expert model's shared expert)."""
-        self.intermediate_size = intermediate_size or config.intermediate_size
+        self.intermediate_size = rank_widths(config, intermediate_size).intermediate_size
+        self.shards = shards_of(config)
         self.activation = _ACTIVATIONS[config.hidden_act]
         self.gate_up_proj = NTLinear(
             config.hidden_size, 2 * self.intermediate_size, config.mlp_bias, dtype
@@ -124,7 +128,13 @@ class LlamaMLP(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         gate, up = op.split(self.gate_up_proj(hidden), 2, axis=-1)
-        return self.down_proj(self.activation(gate) * up)
+        return sum_over_ranks(self.down_proj(self.activation(gate) * up), self.shards)
+
+
+def sum_over_ranks(partial: Tensor, shards: int) -> Tensor:
+    """A row-parallel projection's output: the all-reduced sum of the ranks' partial products
+    (the input as is on one rank)."""
+    return op.ccl_allreduce(partial, "sum") if shards > 1 else partial
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -227,6 +237,11 @@ class LlamaForCausalLM(PagedCausalLM):
         embeddings = self.model.embed_tokens(input_ids)
         scale = self.config.embedding_scale
         return embeddings if scale == 1.0 else embeddings * scale
+
+    def cache_heads(self) -> tuple[int, int]:
+        """(q heads, KV heads) of one rank: the cache holds that rank's heads only."""
+        widths = rank_widths(self.config)
+        return widths.q_heads, widths.kv_heads
 
     def cache_rope(self) -> dict[str, Any]:
         """RoPE arguments of the paged KV cache (it rotates q/k unless the model does)."""

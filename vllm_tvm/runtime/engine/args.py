@@ -53,7 +53,8 @@ class EngineArgs:
     `skip_tokenizer_init` loads no tokenizer. `itl_target_ms` is the inter-token latency
     the scheduler keeps running streams near while prompts prefill, by cutting those prompts
     into chunks sized from measured step times (scheduler.py, step_pacer.py); 0: no pacing,
-    the token budget alone bounds a step.
+    the token budget alone bounds a step. `tensor_parallel_size` > 1 splits a Llama-family
+    model over that many ranks (model_defs/tensor_parallel.py; tensor_parallel_runner.py).
     """
 
     model: str | Path
@@ -62,6 +63,7 @@ class EngineArgs:
     dtype: str = "auto"
     weight_format: str = NATIVE
     quantization: str | None = None
+    tensor_parallel_size: int = 1
     load_format: str = AUTO
     max_model_len: int | None = None
     max_num_seqs: int = 32
@@ -89,6 +91,8 @@ class EngineArgs:
         check_quantization(self.quantization)
         check_load_format(self.load_format)
         check_logprobs_mode(self.logprobs_mode)
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if not self.itl_target_ms >= 0:
             raise ValueError(f"itl_target_ms must be 0 (off) or positive, got {self.itl_target_ms}")
 

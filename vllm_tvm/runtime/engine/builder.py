@@ -76,6 +76,30 @@ def _cap_latent_attention_batch(args: EngineArgs) -> EngineArgs:
     return replace(args, max_num_seqs=MLA_MAX_NUM_SEQS)
 
 
+def _load_runner(args: EngineArgs, model_path: Path, params: list[Any] | None) -> ModelRunner:
+    """The artifact's runner: on one device, or on `tensor_parallel_size` ranks."""
+    sizes = {
+        "max_model_len": args.max_model_len,
+        "max_batch_size": args.max_num_seqs,
+        "prefill_chunk_size": args.token_budget,
+        "show_progress": args.show_progress,
+        "max_total_seq_len": args.block_size,  # a placeholder until the pool is sized
+    }
+    if args.tensor_parallel_size == 1:
+        return ModelRunner(args.artifact, model_path, args.device, params=params, **sizes)
+    if params is not None:
+        raise ValueError("tensor parallelism loads the checkpoint's weights: no dummy weights")
+    shards = (read_manifest(Path(str(args.artifact))).tensor_parallel or {}).get("shards", 1)
+    if shards != args.tensor_parallel_size:
+        raise ValueError(
+            f"artifact {args.artifact} is split over {shards} rank(s); "
+            f"tensor_parallel_size is {args.tensor_parallel_size}"
+        )
+    from vllm_tvm.runtime.model.tensor_parallel_runner import TensorParallelRunner
+
+    return TensorParallelRunner(args.artifact, model_path, args.device, **sizes)
+
+
 def load_engine_parts(args: EngineArgs) -> EngineParts:
     """Validate `args`, load tokenizer and model, size the KV pool and fit the length."""
     if args.artifact is None:
@@ -92,17 +116,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     tokenizer = None if args.skip_tokenizer_init else load_tokenizer(model_path)
     params = _dummy_params(args, args.artifact)
     checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
-    runner = ModelRunner(
-        args.artifact,
-        model_path,
-        device=args.device,
-        max_model_len=args.max_model_len,
-        max_batch_size=args.max_num_seqs,
-        prefill_chunk_size=args.token_budget,
-        show_progress=args.show_progress,
-        max_total_seq_len=args.block_size,  # a placeholder until the pool is sized
-        params=params,
-    )
+    runner = _load_runner(args, model_path, params)
     num_blocks = resolve_num_blocks(
         block_size=args.block_size,
         kv_bytes_per_token=runner.kv_bytes_per_token,

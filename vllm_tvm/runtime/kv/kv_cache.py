@@ -7,7 +7,7 @@ This class names those calls; the block accounting above it lives in block_manag
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +55,13 @@ def _builtin(name: str) -> Any:
 class PagedKVCache:
     """One paged KV cache: sequences are added, extended by forwards, forked and removed."""
 
-    def __init__(self, create_fn: Any, config: KVCacheConfig) -> None:
+    def __init__(
+        self, create_fn: Any, config: KVCacheConfig, builtin: Callable[[str], Any] | None = None
+    ) -> None:
+        """`builtin(name)`: the callable of `vm.builtin.<name>` (default: this process's; a
+        tensor-parallel runner passes its session's, which act on every rank's cache)."""
         shape = tvm.runtime.ShapeTuple
+        builtin = builtin or _builtin
         self.config = config
         self.handle = create_fn(
             shape([config.max_batch_size]),
@@ -65,15 +70,15 @@ class PagedKVCache:
             shape([config.page_size]),
             shape([0]),
         )
-        self._add = _builtin("kv_state_add_sequence")
-        self._remove = _builtin("kv_state_remove_sequence")
-        self._fork = _builtin("kv_state_fork_sequence")
-        self._popn = _builtin("kv_state_popn")
-        self._begin = _builtin("kv_state_begin_forward")
-        self._end = _builtin("kv_state_end_forward")
-        self._clear = _builtin("kv_state_clear")
-        self._available_pages = _builtin("attention_kv_cache_get_num_available_pages")
-        self._seq_len = _builtin("attention_kv_cache_get_sequence_length")
+        self._add = builtin("kv_state_add_sequence")
+        self._remove = builtin("kv_state_remove_sequence")
+        self._fork = builtin("kv_state_fork_sequence")
+        self._popn = builtin("kv_state_popn")
+        self._begin = builtin("kv_state_begin_forward")
+        self._end = builtin("kv_state_end_forward")
+        self._clear = builtin("kv_state_clear")
+        self._available_pages = builtin("attention_kv_cache_get_num_available_pages")
+        self._seq_len = builtin("attention_kv_cache_get_sequence_length")
 
     def add_sequence(self, seq_id: int) -> None:
         self._add(self.handle, seq_id)

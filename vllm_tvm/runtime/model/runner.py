@@ -92,6 +92,33 @@ class ModelRunner:
             self.device,
             show_progress,
         )
+        self._size_kv_cache(max_model_len, max_batch_size, prefill_chunk_size, page_size)
+        if max_total_seq_len is not None:
+            self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
+        self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
+        self._embed = self.vm["embed"]
+        self._prefill = self.vm["prefill"]
+        self._decode = self.vm["decode"]
+        # Latent-attention models: a prefill over sequences with cached tokens is `extend`.
+        self._extend = self.vm["extend"] if "extend" in self.manifest.functions else None
+        # Artifacts from before `decode_single` existed run batch 1 through `decode`.
+        self._decode_single = (
+            self.vm["decode_single"] if "decode_single" in self.manifest.functions else self._decode
+        )
+        # Artifacts from before the device sampling functions reduce logits on the host.
+        self._argmax = self.vm["argmax"] if "argmax" in self.manifest.functions else None
+        self._sample = self.vm["sample"] if "sample" in self.manifest.functions else None
+        self._tvm = tvm
+
+    def _size_kv_cache(
+        self,
+        max_model_len: int | None,
+        max_batch_size: int,
+        prefill_chunk_size: int,
+        page_size: int,
+    ) -> None:
+        """Set `config`, `vocab_size`, `hidden_size`, `max_model_len` and the KV cache's
+        `kv_config` (pool: `max_model_len * max_batch_size` tokens) from the manifest."""
         self.config = self.manifest.model_config
         self.vocab_size = int(self.config["vocab_size"])
         self.hidden_size = int(self.config["hidden_size"])
@@ -110,24 +137,10 @@ class ModelRunner:
         # paged KV cache), so no chunk may be longer than the window.
         self.kv_config = KVCacheConfig(
             max_batch_size=max_batch_size,
-            max_total_seq_len=max_total_seq_len or self.max_model_len * max_batch_size,
+            max_total_seq_len=self.max_model_len * max_batch_size,
             prefill_chunk_size=min(prefill_chunk_size, self.max_model_len, window or limit),
             page_size=page_size,
         )
-        self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
-        self._embed = self.vm["embed"]
-        self._prefill = self.vm["prefill"]
-        self._decode = self.vm["decode"]
-        # Latent-attention models: a prefill over sequences with cached tokens is `extend`.
-        self._extend = self.vm["extend"] if "extend" in self.manifest.functions else None
-        # Artifacts from before `decode_single` existed run batch 1 through `decode`.
-        self._decode_single = (
-            self.vm["decode_single"] if "decode_single" in self.manifest.functions else self._decode
-        )
-        # Artifacts from before the device sampling functions reduce logits on the host.
-        self._argmax = self.vm["argmax"] if "argmax" in self.manifest.functions else None
-        self._sample = self.vm["sample"] if "sample" in self.manifest.functions else None
-        self._tvm = tvm
 
     @property
     def has_sliding_window_layers(self) -> bool:
@@ -141,14 +154,16 @@ class ModelRunner:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Device bytes one token's keys and values take over all layers."""
+        """Device bytes one token's keys and values take over all layers (on each device)."""
         config = self.config
         if config.get("kv_lora_rank"):  # latent attention: one latent + rope key per token
             width = int(config["kv_lora_rank"]) + int(config["qk_rope_head_dim"])
             return int(config["num_hidden_layers"]) * width * _DTYPE_BYTES[self.manifest.dtype]
         head_dim = int(config.get("head_dim") or self.hidden_size // config["num_attention_heads"])
         layers = int(config.get("kv_cache_layers") or config["num_hidden_layers"])
-        kv_heads = int(config["num_key_value_heads"])
+        # A tensor-parallel rank caches its share of the KV heads (one when they are fewer).
+        shards = int(config.get("tensor_parallel_shards", 1))
+        kv_heads = max(1, int(config["num_key_value_heads"]) // shards)
         return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[self.manifest.dtype]
 
     def resize_kv_cache(self, max_total_seq_len: int) -> None:

@@ -8,6 +8,7 @@ with the tensor's name instead of producing wrong output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,8 +77,11 @@ def _to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
     return array.astype(target)
 
 
-def assemble_param(entry: ParamEntry, source: WeightSource) -> np.ndarray:
-    """One parameter as a host array of the artifact's dtype and shape."""
+def assemble_param(
+    entry: ParamEntry, source: WeightSource, read: Callable[[str], np.ndarray] | None = None
+) -> np.ndarray:
+    """One parameter as a host array of the artifact's dtype and shape; `read(name)` reads
+    each source tensor (default `source.get`; a tensor-parallel rank reads its slices)."""
     if entry.format != FLOAT:
         from vllm_tvm.runtime.weights.quantized_params import (
             QuantizedPlanes,
@@ -92,7 +96,8 @@ def assemble_param(entry: ParamEntry, source: WeightSource) -> np.ndarray:
         raise WeightMismatchError(
             f"checkpoint has no tensor '{missing[0]}' (needed for parameter {entry.name})"
         )
-    parts = [_to_dtype(np.asarray(source.get(name)), entry.dtype) for name in entry.sources]
+    read = read or source.get
+    parts = [_to_dtype(np.asarray(read(name)), entry.dtype) for name in entry.sources]
     array = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=entry.concat_axis)
     if list(array.shape) != entry.shape:
         raise WeightMismatchError(
