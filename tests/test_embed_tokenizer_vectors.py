@@ -116,10 +116,7 @@ REFUSED_PARTS = {
         "Split pre-tokenizer regex",
     ),
     "normalizer": ({"type": "NFKC"}, "normalizer 'NFKC' is not supported"),
-    "decoder": (
-        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
-        "decoder 'Metaspace' is not supported",
-    ),
+    "decoder": ({"type": "WordPiece", "prefix": "##"}, "decoder 'WordPiece' is not supported"),
 }
 
 
@@ -140,3 +137,39 @@ def test_c_tokenizer_refuses_what_it_cannot_run_by_name(
     error = done.stderr.decode()
     assert "VLLM_TVM_ERR_UNSUPPORTED" in error and message in error
     assert done.stdout == b""
+
+
+@pytest.mark.parametrize("prepend_scheme", ["first", "always", "never"])
+@pytest.mark.parametrize("split", [False, True])
+def test_c_tokenizer_runs_metaspace_files_as_hf_tokenizers_does(
+    prepend_scheme: str, split: bool, tokenize_tool: Path, tmp_path: Path
+) -> None:
+    """SentencePiece-style files written with a Metaspace pre-tokenizer and decoder instead of
+    the Prepend / Replace normalizers (HF tokenizers itself is the oracle)."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    tokenizer_json, _ = _tokenizer_json("llama-spm", tmp_path)
+    spec = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+    metaspace = {"replacement": "\u2581", "prepend_scheme": prepend_scheme, "split": split}
+    spec["normalizer"] = None
+    spec["pre_tokenizer"] = {"type": "Metaspace", **metaspace}
+    spec["decoder"] = {
+        "type": "Sequence",
+        "decoders": [
+            {"type": "Metaspace", **metaspace},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+        ],
+    }
+    tokenizer_json.write_text(json.dumps(spec), encoding="utf-8")
+    oracle = HFTokenizer.from_file(str(tokenizer_json))
+    texts = [*MORE_TEXTS, " leading space", "<s>Hello</s> <s> world", "a<s>b"]
+    inputs = tmp_path / "texts.inp"
+    inputs.write_text("".join(text + VOCAB_TEST_SEPARATOR for text in texts), encoding="utf-8")
+    lines = _run(tokenize_tool, tokenizer_json, "encode", inputs).split("\n")
+    expected = [oracle.encode(text, add_special_tokens=False).ids for text in texts]
+    assert [[int(token) for token in line.split()] for line in lines[: len(texts)]] == expected
+    ids_file = tmp_path / "ids.out"
+    ids_file.write_text("".join(" ".join(map(str, ids)) + "\n" for ids in expected))
+    decoded = _run(tokenize_tool, tokenizer_json, "decode", ids_file).split(VOCAB_TEST_SEPARATOR)
+    assert decoded[: len(texts)] == [oracle.decode(ids) for ids in expected]

@@ -79,9 +79,10 @@ void BpeTokenizer::LoadPostProcessor(const json::Value& spec, const std::string&
   }
 }
 
-void BpeTokenizer::EncodeOrdinaryText(const std::string& text, std::vector<int32_t>& ids) const {
+void BpeTokenizer::EncodeOrdinaryText(const std::string& text, bool at_text_start,
+                                      std::vector<int32_t>& ids) const {
   if (text.empty()) return;
-  for (const std::string& word : pre_tokenizer_.Split(normalizer_.Apply(text))) {
+  for (const std::string& word : pre_tokenizer_.Split(normalizer_.Apply(text), at_text_start)) {
     model_.Encode(word, ids);
   }
 }
@@ -102,12 +103,12 @@ std::vector<int32_t> BpeTokenizer::Encode(const std::string& text, bool add_spec
       ++pos;
       continue;
     }
-    EncodeOrdinaryText(text.substr(plain_start, pos - plain_start), ids);
+    EncodeOrdinaryText(text.substr(plain_start, pos - plain_start), plain_start == 0, ids);
     ids.push_back(match->id);
     pos += match->content.size();
     plain_start = pos;
   }
-  EncodeOrdinaryText(text.substr(plain_start), ids);
+  EncodeOrdinaryText(text.substr(plain_start), plain_start == 0, ids);
   if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   if (add_special_tokens && add_bos_token_ && bos_token_id_ >= 0 &&
       (ids.empty() || ids.front() != bos_token_id_)) {

@@ -43,7 +43,9 @@ class BpeTokenizer {
     bool special;
   };
   std::string DecodeIds(const std::vector<int32_t>& ids, bool raw_bytes) const;
-  void EncodeOrdinaryText(const std::string& text, std::vector<int32_t>& ids) const;
+  // `text` lies between added tokens; `at_text_start`: it begins the input.
+  void EncodeOrdinaryText(const std::string& text, bool at_text_start,
+                          std::vector<int32_t>& ids) const;
   void LoadPostProcessor(const json::Value& spec, const std::string& origin);
 
   TextNormalizer normalizer_;

@@ -1,6 +1,7 @@
 #include "pretokenizer.h"
 
 #include "error.h"
+#include "text_normalizer.h"
 #include "unicode.h"
 
 namespace vllm_tvm_embed {
@@ -62,11 +63,56 @@ void PreTokenizer::AddStep(const json::Object& step, const std::string& origin) 
 
 PreTokenizer PreTokenizer::FromJson(const json::Value& spec, const std::string& origin) {
   PreTokenizer pre_tokenizer;
-  if (spec != nullptr) pre_tokenizer.AddStep(AsObject(spec, origin + " pre_tokenizer"), origin);
+  if (spec == nullptr) return pre_tokenizer;
+  json::Object object = AsObject(spec, origin + " pre_tokenizer");
+  if (GetString(object, "type", origin) != "Metaspace") {
+    pre_tokenizer.AddStep(object, origin);
+    return pre_tokenizer;
+  }
+  Metaspace metaspace{GetString(object, "replacement", origin), Metaspace::Prepend::kAlways,
+                      !HasKey(object, "split") || GetBool(object, "split", origin)};
+  const std::string scheme = HasKey(object, "prepend_scheme")
+                                 ? GetString(object, "prepend_scheme", origin)
+                             : !HasKey(object, "add_prefix_space") ||
+                                     GetBool(object, "add_prefix_space", origin)
+                                 ? "always"
+                                 : "never";
+  if (scheme == "first") {
+    metaspace.prepend = Metaspace::Prepend::kFirst;
+  } else if (scheme == "never") {
+    metaspace.prepend = Metaspace::Prepend::kNever;
+  } else if (scheme != "always") {
+    throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
+                     origin + ": Metaspace prepend_scheme '" + scheme + "' is not supported");
+  }
+  if (DecodeUtf8(metaspace.replacement).size() != 1) {
+    throw EmbedError(VLLM_TVM_ERR_BUNDLE, origin + ": a Metaspace replacement is one character");
+  }
+  pre_tokenizer.metaspace_ = metaspace;
   return pre_tokenizer;
 }
 
-std::vector<std::string> PreTokenizer::Split(const std::string& text) const {
+std::vector<std::string> PreTokenizer::SplitMetaspace(const std::string& text,
+                                                      bool at_text_start) const {
+  const std::string& mark = metaspace_->replacement;
+  std::string replaced = ReplaceAll(text, " ", mark);
+  const bool prepend = metaspace_->prepend == Metaspace::Prepend::kAlways ||
+                       (metaspace_->prepend == Metaspace::Prepend::kFirst && at_text_start);
+  if (prepend && replaced.compare(0, mark.size(), mark) != 0) replaced = mark + replaced;
+  if (!metaspace_->split) return {replaced};
+  std::vector<std::string> pieces;  // each mark begins a piece
+  size_t start = 0;
+  for (size_t found = replaced.find(mark, 1); found != std::string::npos;
+       found = replaced.find(mark, found + mark.size())) {
+    pieces.push_back(replaced.substr(start, found - start));
+    start = found;
+  }
+  pieces.push_back(replaced.substr(start));
+  return pieces;
+}
+
+std::vector<std::string> PreTokenizer::Split(const std::string& text, bool at_text_start) const {
+  if (metaspace_) return SplitMetaspace(text, at_text_start);
   std::vector<std::string> pieces{text};
   for (const Step& step : steps_) {
     std::vector<std::string> next;

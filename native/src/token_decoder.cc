@@ -95,11 +95,20 @@ void TokenDecoder::AddStep(const json::Object& step, const std::string& origin) 
     steps_.push_back(Step{Step::Kind::kStrip, character, "",
                           static_cast<size_t>(GetInt(step, "start", origin)),
                           static_cast<size_t>(GetInt(step, "stop", origin))});
+  } else if (type == "Metaspace") {
+    const std::string scheme = HasKey(step, "prepend_scheme")
+                                   ? GetString(step, "prepend_scheme", origin)
+                               : !HasKey(step, "add_prefix_space") ||
+                                       GetBool(step, "add_prefix_space", origin)
+                                   ? "always"
+                                   : "never";
+    steps_.push_back(Step{Step::Kind::kMetaspace, GetString(step, "replacement", origin), " ",
+                          scheme == "never" ? 0u : 1u});
   } else {
     throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
                      origin + ": decoder '" + type +
                          "' is not supported; supported: ByteLevel, Replace (fixed strings), "
-                         "ByteFallback, Fuse, Strip, Sequence");
+                         "ByteFallback, Fuse, Strip, Metaspace, Sequence");
   }
 }
 
@@ -130,6 +139,12 @@ std::string TokenDecoder::Decode(std::vector<std::string> tokens, bool raw_bytes
         tokens = {joined};
         break;
       }
+      case Step::Kind::kMetaspace:
+        // HF tokenizers: every mark of the first token is dropped when a space was prepended.
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          tokens[i] = ReplaceAll(tokens[i], step.pattern, i == 0 && step.start ? "" : " ");
+        }
+        break;
       case Step::Kind::kStrip:
         for (std::string& token : tokens) token = Strip(token, step.pattern, step.start, step.stop);
         break;

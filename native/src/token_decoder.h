@@ -25,10 +25,12 @@ class TokenDecoder {
 
  private:
   struct Step {
-    enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip } kind;
-    std::string pattern = "";  // kReplace: the text replaced; kStrip: the character stripped
+    enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
+    std::string pattern = "";  // kReplace: the text replaced; kStrip: the character stripped;
+                               // kMetaspace: the mark that stands for a space
     std::string content = "";  // kReplace: the replacement
-    size_t start = 0;     // kStrip: at most this many from the start
+    size_t start = 0;  // kStrip: at most this many from the start; kMetaspace: 1 to drop the
+                       // first token's marks (the prepended space), else 0
     size_t stop = 0;      // kStrip: at most this many from the end
   };
   void AddStep(const json::Object& step, const std::string& origin);
