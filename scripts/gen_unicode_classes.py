@@ -1,5 +1,5 @@
 """Writes native/src/unicode_classes.inc: the code-point ranges of the Unicode classes the C++
-byte-level BPE pre-tokenizers match (\\p{L}, \\p{N}), from Python's unicodedata.
+pre-tokenizers match (\\p{L}, \\p{N}, \\p{P}, \\p{M}), from Python's unicodedata.
 
 Why a generated table: the C library's wide-character classes depend on the locales a device
 has installed (and glibc files non-ASCII digits under "alpha"), while HF tokenizers matches the
@@ -43,6 +43,7 @@ def main() -> None:
         "// clang-format off\n"
     )
     text = header + table("kLetterRanges", ranges("L")) + table("kNumberRanges", ranges("N"))
+    text += table("kPunctuationRanges", ranges("P")) + table("kMarkRanges", ranges("M"))
     OUTPUT.write_text(text, encoding="utf-8")
 
 

@@ -1,20 +1,24 @@
-// Byte-level BPE from an HF tokenizer.json: encode text to ids and decode ids to text.
+// BPE from an HF tokenizer.json (byte-level, or SentencePiece-style with "▁" for spaces and
+// <0xNN> byte fallback): encode text to ids and decode ids to text.
 //
 // Why in C++: an embedded program has no Python and no HF tokenizers; this reads the same
 // tokenizer.json the Python runtime loads (for GGUF models, `vllm-tvm embed` writes the
 // tokenizer.json the Python runtime builds from the GGUF vocabulary) and gives the same ids.
-// Supported: model BPE (merges, ignore_merges), no normalizer, the pre-tokenizers of
-// pretokenizer.h, added tokens, the ByteLevel decoder, and ByteLevel / TemplateProcessing
-// post-processors; anything else is refused by name when the tokenizer is loaded.
+// The steps run in HF tokenizers' order: added tokens are cut out of the text, each remaining
+// piece is normalized (text_normalizer.h), split into words (pretokenizer.h) and merged
+// (bpe_model.h); decoding runs the decoders of token_decoder.h. Post-processors: ByteLevel
+// and TemplateProcessing. Anything else is refused by name when the tokenizer is loaded.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "bpe_model.h"
 #include "pretokenizer.h"
+#include "text_normalizer.h"
+#include "token_decoder.h"
 
 namespace vllm_tvm_embed {
 
@@ -38,19 +42,21 @@ class BpeTokenizer {
     int32_t id;
     bool special;
   };
-  void EncodeWord(const std::string& word, std::vector<int32_t>& ids) const;
-  void EncodeOrdinaryText(const std::string& text, std::vector<int32_t>& ids) const;
+  std::string DecodeIds(const std::vector<int32_t>& ids, bool raw_bytes) const;
+  // `text` lies between added tokens; `at_text_start`: it begins the input.
+  void EncodeOrdinaryText(const std::string& text, bool at_text_start,
+                          std::vector<int32_t>& ids) const;
   void LoadPostProcessor(const json::Value& spec, const std::string& origin);
 
+  TextNormalizer normalizer_;
   PreTokenizer pre_tokenizer_;
-  std::unordered_map<std::string, int32_t> vocab_;
-  std::unordered_map<std::string, int32_t> merge_ranks_;  // "left right" -> rank
+  BpeModel model_;
+  TokenDecoder decoder_;
   std::vector<std::string> id_to_token_;
   std::vector<AddedToken> added_tokens_;  // longest first
   std::unordered_set<int32_t> special_ids_;
   std::vector<int32_t> prefix_ids_;  // from a TemplateProcessing post-processor
   std::vector<int32_t> suffix_ids_;
-  bool ignore_merges_ = false;
   int32_t bos_token_id_;
   bool add_bos_token_;
 };

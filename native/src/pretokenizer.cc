@@ -1,46 +1,28 @@
 #include "pretokenizer.h"
 
 #include "error.h"
+#include "text_normalizer.h"
 #include "unicode.h"
 
 namespace vllm_tvm_embed {
-namespace {
 
-// GPT-2's word regex, as tokenizer.json files spell it.
-const char kGpt2Regex[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-const char kEachNumberRegex[] = "\\p{N}";
-
-bool IsOther(uint32_t code) { return !IsWhitespace(code) && !IsLetter(code) && !IsNumber(code); }
-
-// Length (in code points) of GPT-2's regex match at `start`; every position matches.
-size_t Gpt2MatchLength(const std::vector<CodePoint>& points, size_t start) {
-  const size_t size = points.size();
-  const auto at = [&](size_t i) { return i < size ? points[i].value : 0xFFFFFFFFu; };
-  if (at(start) == '\'') {
-    uint32_t next = at(start + 1), after = at(start + 2);
-    if (next == 's' || next == 't' || next == 'm' || next == 'd') return 2;
-    if ((next == 'r' && after == 'e') || (next == 'v' && after == 'e') ||
-        (next == 'l' && after == 'l')) {
-      return 3;
-    }
-  }
-  const size_t body = at(start) == ' ' ? start + 1 : start;
-  for (bool (*in_class)(uint32_t) : {&IsLetter, &IsNumber, &IsOther}) {
-    if (body < size && in_class(at(body))) {
-      size_t end = body;
-      while (end < size && in_class(at(end))) ++end;
-      return end - start;
-    }
-  }
-  size_t end = start;
-  while (end < size && IsWhitespace(at(end))) ++end;
-  // \s+(?!\S): a run followed by text gives back its last space to the next word.
-  if (end < size && end - start > 1) return end - start - 1;
-  return end - start;
+size_t PreTokenizer::Step::MatchAt(const std::vector<CodePoint>& points, size_t start) const {
+  return words ? WordMatchLength(*words, points, start) : pattern->MatchAt(points, start);
 }
 
-}  // namespace
+void PreTokenizer::AddRegex(const std::string& regex, const std::string& origin) {
+  if (std::optional<WordRegex> words = FindWordRegex(regex)) {
+    steps_.push_back(Step{words, std::nullopt});
+  } else if (std::optional<ClassPattern> pattern = ClassPattern::Parse(regex)) {
+    steps_.push_back(Step{std::nullopt, pattern});
+  } else if (regex == "[^\n]+|[\n]+" || regex == "[^\\n]+|[\\n]+") {
+    // Gemma's line split: newline runs and the runs between them.
+    steps_.push_back(Step{std::nullopt, ClassPattern::Parse("[\\n]+")});
+  } else {
+    throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
+                     origin + ": Split pre-tokenizer regex '" + regex + "' is not supported");
+  }
+}
 
 void PreTokenizer::AddStep(const json::Object& step, const std::string& origin) {
   const std::string type = GetString(step, "type", origin);
@@ -54,30 +36,25 @@ void PreTokenizer::AddStep(const json::Object& step, const std::string& origin) 
                        origin + ": pre-tokenizer ByteLevel with add_prefix_space is not supported");
     }
     if (!HasKey(step, "use_regex") || GetBool(step, "use_regex", origin)) {
-      rules_.push_back(Rule::kGpt2Words);
+      steps_.push_back(Step{WordRegex::kGpt2, std::nullopt});
     }
     byte_level_ = true;
   } else if (type == "Digits") {
-    rules_.push_back(GetBool(step, "individual_digits", origin) ? Rule::kEachNumber
-                                                                 : Rule::kNumberRuns);
+    // HF tokenizers' Digits: each number alone, or whole runs of numbers.
+    AddRegex(GetBool(step, "individual_digits", origin) ? "\\p{N}" : "\\p{N}+", origin);
   } else if (type == "Split") {
     json::Object pattern = GetObject(step, "pattern", origin);
-    const std::string regex = HasKey(pattern, "Regex") ? GetString(pattern, "Regex", origin)
-                                                        : GetString(pattern, "String", origin);
     const std::string behavior = GetString(step, "behavior", origin);
     if (behavior != "Isolated" || GetBool(step, "invert", origin)) {
       throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
                        origin + ": Split pre-tokenizer behavior '" + behavior + "' (or invert) "
                                 "is not supported; supported: Isolated");
     }
-    if (regex == kGpt2Regex) {
-      rules_.push_back(Rule::kGpt2Words);
-    } else if (regex == kEachNumberRegex) {
-      rules_.push_back(Rule::kEachNumber);
-    } else {
+    if (!HasKey(pattern, "Regex")) {
       throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
-                       origin + ": Split pre-tokenizer regex '" + regex + "' is not supported");
+                       origin + ": Split pre-tokenizer on a fixed string is not supported");
     }
+    AddRegex(GetString(pattern, "Regex", origin), origin);
   } else {
     throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
                      origin + ": pre-tokenizer '" + type + "' is not supported");
@@ -86,49 +63,83 @@ void PreTokenizer::AddStep(const json::Object& step, const std::string& origin) 
 
 PreTokenizer PreTokenizer::FromJson(const json::Value& spec, const std::string& origin) {
   PreTokenizer pre_tokenizer;
-  if (spec == nullptr) {
-    throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
-                     origin + ": a byte-level BPE needs a pre-tokenizer; none is set");
+  if (spec == nullptr) return pre_tokenizer;
+  json::Object object = AsObject(spec, origin + " pre_tokenizer");
+  if (GetString(object, "type", origin) != "Metaspace") {
+    pre_tokenizer.AddStep(object, origin);
+    return pre_tokenizer;
   }
-  pre_tokenizer.AddStep(AsObject(spec, origin + " pre_tokenizer"), origin);
-  if (!pre_tokenizer.byte_level_) {
+  Metaspace metaspace{GetString(object, "replacement", origin), Metaspace::Prepend::kAlways,
+                      !HasKey(object, "split") || GetBool(object, "split", origin)};
+  const std::string scheme = HasKey(object, "prepend_scheme")
+                                 ? GetString(object, "prepend_scheme", origin)
+                             : !HasKey(object, "add_prefix_space") ||
+                                     GetBool(object, "add_prefix_space", origin)
+                                 ? "always"
+                                 : "never";
+  if (scheme == "first") {
+    metaspace.prepend = Metaspace::Prepend::kFirst;
+  } else if (scheme == "never") {
+    metaspace.prepend = Metaspace::Prepend::kNever;
+  } else if (scheme != "always") {
     throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
-                     origin + ": only byte-level BPE pre-tokenizers (ending in ByteLevel) are "
-                              "supported");
+                     origin + ": Metaspace prepend_scheme '" + scheme + "' is not supported");
   }
+  if (DecodeUtf8(metaspace.replacement).size() != 1) {
+    throw EmbedError(VLLM_TVM_ERR_BUNDLE, origin + ": a Metaspace replacement is one character");
+  }
+  pre_tokenizer.metaspace_ = metaspace;
   return pre_tokenizer;
 }
 
-std::vector<std::string> PreTokenizer::Split(const std::string& text) const {
+std::vector<std::string> PreTokenizer::SplitMetaspace(const std::string& text,
+                                                      bool at_text_start) const {
+  const std::string& mark = metaspace_->replacement;
+  std::string replaced = ReplaceAll(text, " ", mark);
+  const bool prepend = metaspace_->prepend == Metaspace::Prepend::kAlways ||
+                       (metaspace_->prepend == Metaspace::Prepend::kFirst && at_text_start);
+  if (prepend && replaced.compare(0, mark.size(), mark) != 0) replaced = mark + replaced;
+  if (!metaspace_->split) return {replaced};
+  std::vector<std::string> pieces;  // each mark begins a piece
+  size_t start = 0;
+  for (size_t found = replaced.find(mark, 1); found != std::string::npos;
+       found = replaced.find(mark, found + mark.size())) {
+    pieces.push_back(replaced.substr(start, found - start));
+    start = found;
+  }
+  pieces.push_back(replaced.substr(start));
+  return pieces;
+}
+
+std::vector<std::string> PreTokenizer::Split(const std::string& text, bool at_text_start) const {
+  if (metaspace_) return SplitMetaspace(text, at_text_start);
   std::vector<std::string> pieces{text};
-  for (Rule rule : rules_) {
+  for (const Step& step : steps_) {
     std::vector<std::string> next;
     for (const std::string& piece : pieces) {
       std::vector<CodePoint> points = DecodeUtf8(piece);
-      size_t start = 0;
+      const auto emit = [&](size_t first, size_t end) {  // code points [first, end)
+        if (first == end) return;
+        const size_t begin = points[first].offset;
+        next.push_back(piece.substr(begin, points[end - 1].offset + points[end - 1].length - begin));
+      };
+      size_t gap = 0, start = 0;
       while (start < points.size()) {
-        size_t length;
-        if (rule == Rule::kGpt2Words) {
-          length = Gpt2MatchLength(points, start);
-        } else {
-          // Numbers are isolated (one each, or whole runs); the text between is one piece.
-          const bool number = IsNumber(points[start].value);
-          length = 1;
-          if (!number || rule == Rule::kNumberRuns) {
-            while (start + length < points.size() &&
-                   IsNumber(points[start + length].value) == number) {
-              ++length;
-            }
-          }
+        const size_t length = step.MatchAt(points, start);
+        if (length == 0) {
+          ++start;
+          continue;
         }
-        size_t begin = points[start].offset;
-        const CodePoint& last = points[start + length - 1];
-        next.push_back(piece.substr(begin, last.offset + last.length - begin));
+        emit(gap, start);
+        emit(start, start + length);
         start += length;
+        gap = start;
       }
+      emit(gap, points.size());
     }
     pieces = std::move(next);
   }
+  if (!byte_level_) return pieces;
   const std::vector<std::string>& alphabet = ByteToUnicode();
   for (std::string& piece : pieces) {
     std::string mapped;

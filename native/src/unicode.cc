@@ -116,6 +116,10 @@ bool IsLetter(uint32_t code) { return InRanges(kLetterRanges, code); }
 
 bool IsNumber(uint32_t code) { return InRanges(kNumberRanges, code); }
 
+bool IsPunctuation(uint32_t code) { return InRanges(kPunctuationRanges, code); }
+
+bool IsMark(uint32_t code) { return InRanges(kMarkRanges, code); }
+
 bool IsWhitespace(uint32_t code) {
   // Oniguruma's \s under Unicode: White_Space code points.
   return (code >= 0x09 && code <= 0x0D) || code == 0x20 || code == 0x85 || code == 0xA0 ||

@@ -1,5 +1,6 @@
-// UTF-8 and the Unicode facts byte-level BPE needs: code points, the classes \p{L} / \p{N} /
-// \s as HF tokenizers' regexes match them, and GPT-2's byte <-> printable-character alphabet.
+// UTF-8 and the Unicode facts BPE pre-tokenizers need: code points, the classes \p{L} / \p{N} /
+// \p{P} / \p{M} / \s as HF tokenizers' regexes match them, and GPT-2's byte <-> printable-
+// character alphabet.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,8 @@ size_t CompleteUtf8Prefix(const std::string& bytes);
 
 bool IsLetter(uint32_t code);
 bool IsNumber(uint32_t code);
+bool IsPunctuation(uint32_t code);
+bool IsMark(uint32_t code);
 bool IsWhitespace(uint32_t code);
 
 // GPT-2's map of each byte to a printable character (as UTF-8) and its inverse.

@@ -1,4 +1,5 @@
-"""Builds libvllm_tvm and bin/vllm-tvm-cli from native/ with the system C++ compiler and CMake.
+"""Builds libvllm_tvm, bin/vllm-tvm-cli and vllm-tvm-tokenize from native/ with the system C++
+compiler and CMake.
 
 Why a cached build: the C++ library is compiled against the headers and runtime libraries of
 the installed apache-tvm-ffi / apache-tvm wheels (a runtime other than the one the artifacts
@@ -35,12 +36,14 @@ BUILD_JOBS = "2"
 
 @dataclass(frozen=True)
 class NativeBuild:
-    """One finished build: the libraries and the CLI, and the TVM runtime they link."""
+    """One finished build: the libraries, the CLI and the tokenizer tool, and the TVM runtime
+    they link."""
 
     build_dir: Path
     shared_library: Path
     static_library: Path
     cli: Path
+    tokenize_tool: Path
     tvm_runtime_libraries: tuple[Path, ...]
 
 
@@ -128,9 +131,11 @@ def build_native(
         shared_library=build_dir / "libvllm_tvm.so",
         static_library=build_dir / "libvllm_tvm.a",
         cli=build_dir / "vllm-tvm-cli",
+        tokenize_tool=build_dir / "vllm-tvm-tokenize",
         tvm_runtime_libraries=runtime_libraries,
     )
-    if build.cli.is_file() and build.shared_library.is_file() and build.static_library.is_file():
+    outputs = (build.cli, build.tokenize_tool, build.shared_library, build.static_library)
+    if all(output.is_file() for output in outputs):
         return build
     include_dirs = [_package_dir("tvm_ffi") / "include"]
     configure = ["cmake", "-S", str(NATIVE_DIR), "-B", str(build_dir)]
