@@ -157,28 +157,19 @@ def check_bf16_case(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--case",
-        nargs=4,
-        action="append",
-        default=[],
-        metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"),
-    )
-    parser.add_argument(
-        "--bf16-case",
-        nargs=4,
-        action="append",
-        default=[],
-        metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"),
-    )
-    parser.add_argument(
-        "--fp8-activation-case",
-        nargs=4,
-        action="append",
-        default=[],
-        metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"),
-        help="as --bf16-case, the oracle rounding projection inputs to FP8 per token",
-    )
+    for flag, text in (
+        ("--case", "an fp32 artifact: tokens and logits equal the oracle's"),
+        ("--bf16-case", "a bf16 artifact: relative logit error and greedy agreement"),
+        ("--fp8-activation-case", "as --bf16-case, the oracle rounding projection inputs to FP8"),
+    ):
+        parser.add_argument(
+            flag,
+            nargs=4,
+            action="append",
+            default=[],
+            metavar=("NAME", "QUANTIZED", "DEQUANTIZED", "ARTIFACT"),
+            help=text,
+        )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     import torch

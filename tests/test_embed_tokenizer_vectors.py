@@ -19,6 +19,7 @@ from embed_abi import TOKENIZER_TEXTS
 from tokenization_material import (
     LLAMA_CPP_MODELS,
     VOCAB_TEST_SEPARATOR,
+    VOCABS_WITH_VECTORS,
     read_vocab_vectors,
     require,
 )
@@ -27,22 +28,7 @@ from vllm_tvm.runtime.tokenization import load_tokenizer
 from vllm_tvm.runtime.tokenization.bpe_pretokenizers import GPT4O_REGEX
 from vllm_tvm.runtime.tokenization.tokenizer import Tokenizer
 
-SUPPORTED_IN_C = [
-    "command-r",
-    "deepseek-coder",
-    "deepseek-llm",
-    "falcon",
-    "gemma-4",
-    "gpt-2",
-    "llama-bpe",
-    "llama-spm",
-    "mpt",
-    "phi-3",
-    "qwen2",
-    "qwen35",
-    "refact",
-    "starcoder",
-]
+SUPPORTED_IN_C = VOCABS_WITH_VECTORS
 MORE_TEXTS = [
     *TOKENIZER_TEXTS,
     "e\u0301t\u00e9 \u0915\u093f\u0924\u093e\u092c \u2018quoted\u2019 \uff01\uff1f\u3002",

@@ -8,26 +8,16 @@ Families this project does not support must be refused by name at load time.
 from __future__ import annotations
 
 import pytest
-from tokenization_material import LLAMA_CPP_MODELS, read_vocab_vectors, require
+from tokenization_material import (
+    LLAMA_CPP_MODELS,
+    VOCABS_WITH_VECTORS,
+    read_vocab_vectors,
+    require,
+)
 
 from vllm_tvm.runtime.tokenization import load_tokenizer
 
-SUPPORTED_WITH_VECTORS = [
-    "command-r",
-    "deepseek-coder",
-    "deepseek-llm",
-    "falcon",
-    "gemma-4",
-    "gpt-2",
-    "llama-bpe",
-    "llama-spm",
-    "mpt",
-    "phi-3",
-    "qwen2",
-    "qwen35",
-    "refact",
-    "starcoder",
-]
+SUPPORTED_WITH_VECTORS = VOCABS_WITH_VECTORS
 # vocab name -> the tokenizer.ggml.model value the refusal must name
 REFUSED = {"bert-bge": "bert", "nomic-bert-moe": "t5"}
 LOADABLE_WITHOUT_VECTORS = ["aquila", "baichuan", "gpt-neox"]

@@ -50,3 +50,22 @@ def read_vocab_vectors(gguf: Path) -> list[tuple[str, list[int]]]:
         texts.pop()
     lines = Path(f"{gguf}.out").read_text(encoding="utf-8").split("\n")[: len(texts)]
     return [(text, [int(x) for x in line.split()]) for text, line in zip(texts, lines, strict=True)]
+
+
+VOCABS_WITH_VECTORS = [
+    "command-r",
+    "deepseek-coder",
+    "deepseek-llm",
+    "falcon",
+    "gemma-4",
+    "gpt-2",
+    "llama-bpe",
+    "llama-spm",
+    "mpt",
+    "phi-3",
+    "qwen2",
+    "qwen35",
+    "refact",
+    "starcoder",
+]
+"""llama.cpp's vocabularies with golden vectors that this project supports (Python and C++)."""

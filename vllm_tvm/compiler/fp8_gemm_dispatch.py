@@ -29,6 +29,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from vllm_tvm.compiler.relax_rewrite import rewrite_functions
 from vllm_tvm.schedules.fp8_activation import quantize_tokens, token_scales, weight_row_scales
 
 FP8_GEMM_FUNCTION = "vllm_tvm.cublaslt.gemm_fp8_nt"
@@ -110,14 +111,7 @@ class _Fp8GemmRewriter(PyExprMutator):
 
 def dispatch_fp8_gemms(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
     """`mod` with qualifying FP8 NT matmuls calling cuBLASLt's FP8 GEMM, and their count."""
-    rewriter = _Fp8GemmRewriter(mod)
-    for global_var, function in mod.functions_items():
-        if isinstance(function, relax.Function):
-            rewriter.builder_.update_func(global_var, rewriter.visit_expr(function))
-    rewritten_mod = rewriter.builder_.get()
-    if rewriter.rewritten:
-        rewritten_mod = relax.transform.DeadCodeElimination()(rewritten_mod)
-    return rewritten_mod, rewriter.rewritten
+    return rewrite_functions(mod, _Fp8GemmRewriter(mod))
 
 
 @tvm.transform.module_pass(opt_level=0, name="DispatchFp8GemmsToCublaslt")

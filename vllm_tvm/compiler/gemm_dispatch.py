@@ -21,6 +21,7 @@ from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, PyExprVisitor, mutator, visitor
 
 from vllm_tvm.compiler.fp8_gemm_dispatch import FP8_GEMM_FUNCTION
+from vllm_tvm.compiler.relax_rewrite import rewrite_functions
 
 CUBLASLT_GEMM_FUNCTION = "vllm_tvm.cublaslt.gemm_nt"
 _EXTENSION_FUNCTIONS = (CUBLASLT_GEMM_FUNCTION, FP8_GEMM_FUNCTION)
@@ -81,14 +82,7 @@ def dispatch_gemms_to_cublaslt(mod: tvm.IRModule) -> tuple[tvm.IRModule, int]:
 
     The TIR functions no rewritten call uses any more are dropped, so they are not compiled.
     """
-    rewriter = _GemmRewriter(mod)
-    for global_var, function in mod.functions_items():
-        if isinstance(function, relax.Function):
-            rewriter.builder_.update_func(global_var, rewriter.visit_expr(function))
-    rewritten_mod = rewriter.builder_.get()
-    if rewriter.rewritten:
-        rewritten_mod = relax.transform.DeadCodeElimination()(rewritten_mod)
-    return rewritten_mod, rewriter.rewritten
+    return rewrite_functions(mod, _GemmRewriter(mod))
 
 
 @tvm.transform.module_pass(opt_level=0, name="DispatchGemmsToCublaslt")

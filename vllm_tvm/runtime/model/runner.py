@@ -187,6 +187,24 @@ class ModelRunner:
             lambda array: self._tvm.runtime.tensor(array, self.device),
         )
 
+    def _prefill_plan(
+        self, chunks: Sequence[Sequence[int]], logit_positions: Sequence[int] | None
+    ) -> tuple[list[int], np.ndarray, list[int]]:
+        """(chunk lengths, int32 logit positions, the chunks' tokens concatenated) of one
+        prefill call; ValueError when the tokens exceed the cache's prefill chunk size."""
+        lengths = [len(chunk) for chunk in chunks]
+        total = sum(lengths)
+        if total > self.kv_config.prefill_chunk_size:
+            raise ValueError(
+                f"prefill of {total} tokens exceeds prefill_chunk_size "
+                f"{self.kv_config.prefill_chunk_size}"
+            )
+        if logit_positions is None:
+            positions = np.cumsum(lengths, dtype=np.int32) - 1
+        else:
+            positions = np.asarray(logit_positions, dtype=np.int32)
+        return lengths, positions, [token for chunk in chunks for token in chunk]
+
     def prefill_logits(
         self,
         seq_ids: Sequence[int],
@@ -200,18 +218,8 @@ class ModelRunner:
         token, one row per chunk). The total length must fit the cache's prefill chunk size;
         the scheduler splits longer work into several calls.
         """
-        lengths = [len(chunk) for chunk in chunks]
-        total = sum(lengths)
-        if total > self.kv_config.prefill_chunk_size:
-            raise ValueError(
-                f"prefill of {total} tokens exceeds prefill_chunk_size "
-                f"{self.kv_config.prefill_chunk_size}"
-            )
-        if logit_positions is None:
-            positions = np.cumsum(lengths, dtype=np.int32) - 1
-        else:
-            positions = np.asarray(logit_positions, dtype=np.int32)
-        flat = [token for chunk in chunks for token in chunk]
+        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
+        total = len(flat)
         if self._extend is not None and all(length == 1 for length in lengths):
             # The cache appends one-token steps before attention: only `decode` reads it right.
             rows = self.decode_logits(seq_ids, flat)

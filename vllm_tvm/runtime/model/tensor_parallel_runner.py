@@ -154,19 +154,8 @@ class TensorParallelRunner(ModelRunner):
         logit_positions: Sequence[int] | None = None,
     ) -> DeviceLogits:
         """As `ModelRunner.prefill_logits`, on every rank."""
-        lengths = [len(chunk) for chunk in chunks]
-        total = sum(lengths)
-        if total > self.kv_config.prefill_chunk_size:
-            raise ValueError(
-                f"prefill of {total} tokens exceeds prefill_chunk_size "
-                f"{self.kv_config.prefill_chunk_size}"
-            )
-        if logit_positions is None:
-            positions = np.cumsum(lengths, dtype=np.int32) - 1
-        else:
-            positions = np.asarray(logit_positions, dtype=np.int32)
-        flat = [token for chunk in chunks for token in chunk]
-        hidden = self._embedded(flat, (1, total, self.hidden_size))
+        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
+        hidden = self._embedded(flat, (1, len(flat), self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, lengths)
         outputs = self._prefill(
             hidden, self._on_ranks(positions), self.kv_cache.handle, self.params
