@@ -215,3 +215,16 @@ def test_a_checkpoint_that_cannot_slice_is_refused_by_name(tiny_model_dir) -> No
     whole_tensors_only = type("WholeTensors", (), {"get": SafetensorsWeights(model_dir).get})()
     with pytest.raises(ValueError, match="WholeTensors cannot slice"):
         rank_reader(_checkpoint_plan(model_dir), whole_tensors_only, 0)
+
+
+def test_a_remembered_single_rank_artifact_is_not_taken_for_two_ranks(
+    split_llms, tiny_model_dir, capsys
+) -> None:
+    """The CLI's cached-start lookup keys its memo by the rank count too: after a
+    single-rank `generate` of the model, a two-rank one still gets the split artifact."""
+    model_dir = tiny_model_dir("llama")
+    argv = ["generate", "--model", str(model_dir), "--prompt", PROMPTS[1], "--max-tokens", "4"]
+    assert cli_main([*argv, "--json"]) == 0
+    assert cli_main([*argv, "--tensor-parallel-size", "2", "--json"]) == 0
+    outputs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    assert outputs[0]["token_ids"] == outputs[1]["token_ids"]

@@ -156,7 +156,12 @@ def use_built_artifact(engine: EngineArgs) -> EngineArgs:
     artifact = engine.artifact
     if artifact is None:
         artifact = remembered_artifact(
-            engine.model, engine.device, engine.dtype, engine.weight_format, engine.quantization
+            engine.model,
+            engine.device,
+            engine.dtype,
+            engine.weight_format,
+            engine.quantization,
+            engine.tensor_parallel_size,
         )
     if artifact is None:
         return engine
