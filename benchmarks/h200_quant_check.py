@@ -36,24 +36,24 @@ LOGIT_TOLERANCE = 1e-4
 BF16_RELATIVE_TOLERANCE = 2e-2
 
 
-def check_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[str, Any]:
-    """Greedy tokens and prefill logits of our CUDA engine against transformers (fp32, GPU)."""
-    import numpy as np
+def _engine_and_oracle(quantized: Path, dequantized: Path, artifact: Path) -> tuple[Any, Any]:
+    """Our engine on the CUDA artifact, and transformers (fp32, GPU) on the dequantized model."""
     import torch
     import transformers
 
     from vllm_tvm.entrypoints.llm import LLM
-    from vllm_tvm.runtime.sampling.params import SamplingParams
 
     llm = LLM(quantized, artifact=artifact, device="cuda", show_progress=False)
-    formats = sorted({p.format for p in llm.runner.manifest.params})
     oracle = transformers.AutoModelForCausalLM.from_pretrained(
         dequantized, dtype=torch.float32
     ).cuda()
-    oracle.eval()
-    oracle.generation_config.eos_token_id = None
-    oracle.generation_config.pad_token_id = 0
-    ids = llm.tokenizer.encode(PROMPTS[2])
+    return llm, oracle.eval()
+
+
+def _logits(llm: Any, oracle: Any, ids: list[int]) -> tuple[Any, Any]:
+    """Prefill logits of `ids` at every position: ours, then the oracle's (numpy, fp32)."""
+    import torch
+
     llm.runner.kv_cache.add_sequence(1)
     try:
         logits = llm.runner.prefill([1], [ids], logit_positions=range(len(ids)))
@@ -61,6 +61,21 @@ def check_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[str, 
         llm.runner.kv_cache.remove_sequence(1)
     with torch.no_grad():
         expected = oracle(torch.tensor([ids]).cuda()).logits[0].float().cpu().numpy()
+    return logits, expected
+
+
+def check_case(quantized: Path, dequantized: Path, artifact: Path) -> dict[str, Any]:
+    """Greedy tokens and prefill logits of our CUDA engine against transformers (fp32, GPU)."""
+    import numpy as np
+    import torch
+
+    from vllm_tvm.runtime.sampling.params import SamplingParams
+
+    llm, oracle = _engine_and_oracle(quantized, dequantized, artifact)
+    formats = sorted({p.format for p in llm.runner.manifest.params})
+    oracle.generation_config.eos_token_id = None
+    oracle.generation_config.pad_token_id = 0
+    logits, expected = _logits(llm, oracle, llm.tokenizer.encode(PROMPTS[2]))
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     equal = []
     for output in llm.generate(PROMPTS, params):
@@ -103,28 +118,16 @@ def check_bf16_case(
     `fp8_activations`: the oracle rounds projection inputs to FP8 per token as well."""
     import numpy as np
     import torch
-    import transformers
 
-    from vllm_tvm.entrypoints.llm import LLM
     from vllm_tvm.runtime.sampling.params import SamplingParams
 
-    llm = LLM(quantized, artifact=artifact, device="cuda", show_progress=False)
-    oracle = transformers.AutoModelForCausalLM.from_pretrained(
-        dequantized, dtype=torch.float32
-    ).cuda()
-    oracle.eval()
+    llm, oracle = _engine_and_oracle(quantized, dequantized, artifact)
     ids = llm.tokenizer.encode(PROMPTS[2])
     with torch.no_grad():
         unrounded = oracle(torch.tensor([ids]).cuda()).logits[0].float().cpu().numpy()
     if fp8_activations:
         fake_quantize_projection_inputs(oracle)
-    llm.runner.kv_cache.add_sequence(1)
-    try:
-        logits = llm.runner.prefill([1], [ids], logit_positions=range(len(ids)))
-    finally:
-        llm.runner.kv_cache.remove_sequence(1)
-    with torch.no_grad():
-        expected = oracle(torch.tensor([ids]).cuda()).logits[0].float().cpu().numpy()
+    logits, expected = _logits(llm, oracle, ids)
     relative = float(np.abs(logits - expected).max() / np.abs(expected).max())
     # How far the oracle's own FP8 rounding moves its logits: the size of the effect itself.
     rounding_alone = float(np.abs(expected - unrounded).max() / np.abs(unrounded).max())
