@@ -13,7 +13,8 @@ there with a prebuilt artifact and a runtime-only TVM (it never compiles):
 For each artifact: the prompts alone (sequential), then together under a small token budget
 (chunked prefill, mixed steps); runner calls are counted per step. For float32 artifacts the
 greedy tokens must equal transformers' (fp32, same checkpoint); 16-bit ones report how many
-requests agree, since their rounding differs from transformers' by design.
+requests agree, since their rounding differs from transformers' by design, and where one
+differs, transformers' own top-2 gap there (a near-tie is within the dtype's rounding).
 """
 
 from __future__ import annotations
@@ -74,9 +75,13 @@ def count_forwards(llm: LLM) -> dict[str, Any]:
     return record
 
 
-def oracle_tokens(model_dir: Path, prompt_ids: list[list[int]], device: str) -> list[list[int]]:
+def oracle_tokens(
+    model_dir: Path, prompt_ids: list[list[int]], device: str
+) -> tuple[list[list[int]], list[list[float]]]:
     """transformers' greedy continuation of each prompt, fp32, never stopping at EOS (the
-    engine runs with ignore_eos; masking EOS instead would change the argmax)."""
+    engine runs with ignore_eos; masking EOS instead would change the argmax), and at every
+    position the gap between its two best logits (a 16-bit run may pick the second where
+    that gap is within its rounding)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -86,15 +91,42 @@ def oracle_tokens(model_dir: Path, prompt_ids: list[list[int]], device: str) -> 
         model_dir, dtype=torch.float32, attn_implementation="eager"
     ).to(device)
     model.eval()
-    results = []
+    results, gaps = [], []
     with torch.no_grad():
         for ids in prompt_ids:
-            sequence = list(ids)
+            sequence, row_gaps = list(ids), []
             for _ in range(MAX_TOKENS):
                 logits = model(torch.tensor([sequence], device=device)).logits[0, -1]
+                top = torch.topk(logits, 2).values
+                row_gaps.append(float(top[0] - top[1]))
                 sequence.append(int(logits.argmax()))
             results.append(sequence[len(ids) :])
-    return results
+            gaps.append(row_gaps)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return results, gaps
+
+
+def against_oracle(
+    tokens: list[list[int]], oracle: list[list[int]], gaps: list[list[float]]
+) -> list[dict[str, Any]]:
+    """Each request that differs from transformers: where first, and transformers' own top-2
+    logit gap there (fp32)."""
+    rows = []
+    for index, (ours, theirs) in enumerate(zip(tokens, oracle, strict=True)):
+        position = next(
+            (p for p, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b), None
+        )
+        if position is not None:
+            rows.append(
+                {
+                    "request": index,
+                    "first_difference": position,
+                    "fp32_top2_gap": gaps[index][position],
+                }
+            )
+    return rows
 
 
 def divergence_gaps(
@@ -132,12 +164,14 @@ def divergence_gaps(
 
 
 def check_artifact(
-    model_dir: Path, artifact: Path, device: str, oracle: list[list[int]] | None
+    model_dir: Path, artifact: Path, device: str, oracle: tuple[list[list[int]], list[list[float]]]
 ) -> dict:
     """Sequential and batched greedy runs of one artifact, with the forward counts."""
     manifest = read_manifest(artifact)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     common = {"artifact": artifact, "device": device, "show_progress": False}
+    if not any((model_dir / name).exists() for name in ("tokenizer.json", "tokenizer.model")):
+        common["skip_tokenizer_init"] = True  # token-id prompts; a random checkpoint has none
     vocab = int(manifest.model_config["vocab_size"])
     prompt_ids = prompts(vocab)
     alone = LLM(model_dir, **common)
@@ -170,11 +204,12 @@ def check_artifact(
         "tokens": {"sequential": sequential, "batched": batched},
         "divergences": divergence_gaps(alone, together, prompt_ids, diverging),
     }
-    if oracle is not None:
-        report["requests_equal_transformers"] = sum(
-            a == b for a, b in zip(sequential, oracle, strict=True)
-        )
-        report["equals_transformers"] = sequential == oracle
+    tokens, gaps = oracle
+    report["requests_equal_transformers"] = sum(
+        a == b for a, b in zip(sequential, tokens, strict=True)
+    )
+    report["equals_transformers"] = sequential == tokens
+    report["differences_from_transformers"] = against_oracle(sequential, tokens, gaps)
     return report
 
 
@@ -189,9 +224,8 @@ def main() -> None:
     oracle = oracle_tokens(args.model, prompts(int(config["vocab_size"])), args.device)
     results = []
     for artifact in args.artifact:
-        fp32 = read_manifest(artifact).dtype == "float32"
-        results.append(check_artifact(args.model, artifact, args.device, oracle if fp32 else None))
-        results[-1]["transformers_tokens"] = oracle
+        results.append(check_artifact(args.model, artifact, args.device, oracle))
+        results[-1]["transformers_tokens"] = oracle[0]
         print(json.dumps({k: v for k, v in results[-1].items() if "tokens" not in k}))
     import transformers
 

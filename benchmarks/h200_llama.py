@@ -72,11 +72,11 @@ def greedy_ours(runner: ModelRunner, prompt: list[int], new_tokens: int, seq_id:
     return out
 
 
-def check(runner, oracle, vocab: int, report: dict) -> None:
+def check(runner, oracle, vocab: int, report: dict, prompt_len: int = 32) -> None:
     rng = np.random.default_rng(1)
     results = []
     for trial in range(4):
-        prompt = rng.integers(100, vocab - 100, size=32).tolist()
+        prompt = rng.integers(100, vocab - 100, size=prompt_len).tolist()
         ours = greedy_ours(runner, prompt, 32)
         with torch.no_grad():
             ref = oracle.generate(
@@ -291,6 +291,9 @@ def main() -> None:
     parser.add_argument("--artifact", type=Path, nargs="+", required=True)
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument(
+        "--check-prompt-len", type=int, default=32, help="longer than a sliding window to test it"
+    )
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--gemm-bench", action="store_true")
     parser.add_argument("--hf", action="store_true", help="also time HF eager b1 decode")
@@ -335,7 +338,7 @@ def main() -> None:
         )
         run["runner_start_s"] = time.perf_counter() - start
         if args.check:
-            check(runner, oracle, vocab, run)
+            check(runner, oracle, vocab, run, args.check_prompt_len)
         if args.bench:
             bench(runner, vocab, batches, contexts, run)
             profile_prefill(runner, 1024, run)

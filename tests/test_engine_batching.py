@@ -75,3 +75,23 @@ def test_preempted_without_prefix_caching_equals_never_preempted(make_llm) -> No
     expected = token_ids(roomy.generate(prompts, params))
     assert token_ids(tight.generate(prompts, params)) == expected
     assert tight.engine.metrics.snapshot().num_preemptions > 0
+
+
+def test_step_budget_past_max_model_len_runs_one_forward(make_llm) -> None:
+    """vLLM's budget may exceed max_model_len (16,384 tokens at 8,192): a step then prefills
+    pieces of several prompts at once, and the result equals the default budget's."""
+    plain = make_llm(max_model_len=96)
+    wide = make_llm(max_model_len=96, max_num_batched_tokens=192)
+    assert wide.runner.kv_config.prefill_chunk_size == 192
+    prompts = prompts_of_lengths(plain, [80, 70])
+    chunk_tokens: list[int] = []
+    prefill = wide.runner.prefill_logits
+
+    def counting_prefill(seq_ids, chunks, *args, **kwargs):
+        chunk_tokens.append(sum(len(chunk) for chunk in chunks))
+        return prefill(seq_ids, chunks, *args, **kwargs)
+
+    wide.runner.prefill_logits = counting_prefill
+    expected = token_ids(plain.generate(prompts, GREEDY))
+    assert token_ids(wide.generate(prompts, GREEDY)) == expected
+    assert max(chunk_tokens) == 150  # both prompts in the first step's one forward

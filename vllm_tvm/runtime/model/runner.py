@@ -134,11 +134,12 @@ class ModelRunner:
             )
         self.max_model_len = max_model_len or limit
         # A sliding layer windows the cached past but not the chunk being appended (TVM's
-        # paged KV cache), so no chunk may be longer than the window.
+        # paged KV cache), so no chunk may be longer than the window. Otherwise a chunk holds
+        # pieces of several prompts and may exceed max_model_len (vLLM's 16k budget at 8k).
         self.kv_config = KVCacheConfig(
             max_batch_size=max_batch_size,
             max_total_seq_len=self.max_model_len * max_batch_size,
-            prefill_chunk_size=min(prefill_chunk_size, self.max_model_len, window or limit),
+            prefill_chunk_size=min(prefill_chunk_size, window or limit),
             page_size=page_size,
         )
 
