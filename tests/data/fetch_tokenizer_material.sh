@@ -8,7 +8,8 @@
 #        default the repo's .venv, else python3).
 #        Re-running is cheap: finished parts are kept. About 240 MB in all.
 # Layout: site/ (the data packages), oracle/ (sentencepiece), llama_cpp/models/ (the
-#         ggml-vocab-* files with .inp/.out vectors, and templates/*.jinja).
+#         ggml-vocab-* files with .inp/.out vectors, and templates/*.jinja), xinference/
+#         (Gemma 3's model-family JSON files, chat template inside).
 set -euo pipefail
 
 DATA_DIR="${VLLM_TVM_TEST_DATA:-$HOME/.cache/vllm_tvm_test_data}"
@@ -60,5 +61,27 @@ if [[ ! -f "$LLAMA_DIR/.done" ]]; then
   cp "$src"/models/ggml-vocab-* "$LLAMA_DIR/models/"
   cp -r "$src/models/templates" "$LLAMA_DIR/models/templates"
   touch "$LLAMA_DIR/.done"
+fi
+# The chat template of Google's instruction-tuned Gemma 3 checkpoints, as the xinference
+# wheel ships it in its model-family JSON files (the wheel downloaded, the two
+# Gemma 3 files extracted, never installed).
+XINFERENCE_SPEC="xinference==4.1.0"
+XINFERENCE_DIR="$DATA_DIR/xinference"
+if [[ ! -f "$XINFERENCE_DIR/.done" ]]; then
+  wheel_dir="$(mktemp -d)"
+  "$PYTHON" -m pip download --quiet --no-deps --only-binary :all: "$XINFERENCE_SPEC" -d "$wheel_dir"
+  mkdir -p "$XINFERENCE_DIR"
+  "$PYTHON" - "$wheel_dir"/xinference-*.whl "$XINFERENCE_DIR" <<'PY'
+import sys
+import zipfile
+from pathlib import Path
+
+wheel, target = sys.argv[1], Path(sys.argv[2])
+with zipfile.ZipFile(wheel) as archive:
+    for name in ("gemma-3-it.json", "gemma-3-1b-it.json"):
+        (target / name).write_bytes(archive.read(f"xinference/model/llm/models/{name}"))
+PY
+  rm -rf "$wheel_dir"
+  touch "$XINFERENCE_DIR/.done"
 fi
 echo "tokenizer test material ready in $DATA_DIR"

@@ -36,10 +36,13 @@ def remembered_artifact(
     weight_format: str,
     quantization: str | None = None,
     tensor_parallel_size: int = 1,
+    max_model_len: int | None = None,
 ) -> Path | None:
     """The artifact this resolution found last time, when nothing it depends on changed and
     the artifact is still complete; else None."""
-    entry = _entry_path(model, device, dtype, weight_format, quantization, tensor_parallel_size)
+    entry = _entry_path(
+        model, device, dtype, weight_format, quantization, tensor_parallel_size, max_model_len
+    )
     try:
         artifact = Path(json.loads(entry.read_text(encoding="utf-8"))["artifact"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -55,10 +58,13 @@ def remember_artifact(
     artifact: Path,
     quantization: str | None = None,
     tensor_parallel_size: int = 1,
+    max_model_len: int | None = None,
 ) -> None:
     """Remember that this resolution found `artifact` (best effort: a cache directory that
     cannot be written only costs the next start the full resolution)."""
-    entry = _entry_path(model, device, dtype, weight_format, quantization, tensor_parallel_size)
+    entry = _entry_path(
+        model, device, dtype, weight_format, quantization, tensor_parallel_size, max_model_len
+    )
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         partial = entry.with_suffix(f".{os.getpid()}.tmp")
@@ -75,12 +81,15 @@ def _entry_path(
     weight_format: str,
     quantization: str | None,
     tensor_parallel_size: int,
+    max_model_len: int | None,
 ) -> Path:
     request = [str(Path(model).resolve()), device, dtype, weight_format]
     if quantization is not None:
         request.append(quantization)
     if tensor_parallel_size > 1:  # unsplit resolutions keep their entries
         request.append(f"tp{tensor_parallel_size}")
+    if max_model_len is not None:  # the model's own context keeps its entries
+        request.append(f"len{max_model_len}")
     fingerprint = {
         "request": request,
         "model_files": _stats(_model_files(Path(model))),

@@ -58,6 +58,18 @@ def add_tensor_parallel_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_max_model_len_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--max-model-len` (vLLM's name; unset or 0: the model's context). It is also a
+    compile option: it picks a longrope model's factor set (model_defs/rope_scaling.py)."""
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="max sequence length (unset or 0: the model's, fitted); past a longrope model's "
+        "original_max_position_embeddings its long factors are compiled in",
+    )
+
+
 def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--gemm` (default `auto`: cuBLASLt for 16-bit floats on CUDA, TIR elsewhere)."""
     parser.add_argument(

@@ -9,6 +9,7 @@ from vllm_tvm.cli.common_args import (
     add_attention_argument,
     add_dtype_argument,
     add_gemm_argument,
+    add_max_model_len_argument,
     add_quantization_argument,
     add_tensor_parallel_argument,
     add_weight_format_argument,
@@ -33,6 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_gemm_argument(parser)
     add_attention_argument(parser)
     add_tensor_parallel_argument(parser)
+    add_max_model_len_argument(parser)
     parser.add_argument(
         "--output",
         type=Path,
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         args.attention,
         args.quantization,
         args.tensor_parallel_size,
+        args.max_model_len or None,
     )
     if args.output is None:
         artifact = compile_cached(request)

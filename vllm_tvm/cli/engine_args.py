@@ -17,6 +17,7 @@ from typing import Any
 
 from vllm_tvm.cli.common_args import (
     add_dtype_argument,
+    add_max_model_len_argument,
     add_quantization_argument,
     add_tensor_parallel_argument,
     add_weight_format_argument,
@@ -68,7 +69,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto: the checkpoint's weights; dummy: random weights made on the device "
         + _default("load_format"),
     )
-    _int(parser, "--max-model-len", "max sequence length (unset or 0: the model's, fitted)")
+    add_max_model_len_argument(parser)
     _int(parser, "--max-num-seqs", "max concurrent sequences " + _default("max_num_seqs"))
     _int(
         parser,

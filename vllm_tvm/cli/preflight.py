@@ -162,6 +162,7 @@ def use_built_artifact(engine: EngineArgs) -> EngineArgs:
             engine.weight_format,
             engine.quantization,
             engine.tensor_parallel_size,
+            engine.max_model_len,
         )
     if artifact is None:
         return engine

@@ -55,6 +55,7 @@ def make_request(
     attention: str = ATTENTION_TIR,
     quantization: str | None = None,
     tensor_parallel_shards: int = 1,
+    max_model_len: int | None = None,
 ) -> CompileRequest:
     """Validate user-facing compile options (target name, dtype, weight format) into a request.
 
@@ -65,6 +66,8 @@ def make_request(
     `tir` or `flashinfer` (compiler/attention.py). `quantization`: quantize a float
     checkpoint's weights in groups (checkpoints/group_quantization.py), None: as stored.
     `tensor_parallel_shards`: ranks the network is split over (model_defs/tensor_parallel.py).
+    `max_model_len`: the context the engine will run (None: the checkpoint's; it picks
+    longrope's factor set, compiler/request.py).
     """
     model_path = Path(model)
     config = read_model_config(model_path)
@@ -97,6 +100,7 @@ def make_request(
         resolved_attention,
         quantization,
         tensor_parallel_shards,
+        max_model_len,
     )
 
 

@@ -63,7 +63,7 @@ def request_model_config(request: CompileRequest) -> tuple[ModelFamily, Any]:
     shards = request.tensor_parallel_shards
     if shards > 1 and (request.weight_formats or request.quantization):
         raise TensorParallelError("tensor parallelism is not supported for quantized weights")
-    model_config = with_shards(family.parse_config(config), shards)
+    model_config = with_shards(family.parse_config(config, request.max_model_len), shards)
     softcap = getattr(model_config, "attn_logit_softcapping", None)  # llama-family only
     check_attention_softcap(request.attention, softcap)
     return family, model_config

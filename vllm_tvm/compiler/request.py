@@ -32,3 +32,7 @@ class CompileRequest:
     tensor_parallel_shards: int = 1
     """Ranks the network is split over (model_defs/tensor_parallel.py): one artifact serves
     every rank."""
+    max_model_len: int | None = None
+    """The context the engine will run (None: the checkpoint's). Only longrope reads it: past
+    `original_max_position_embeddings` its long factors are compiled in (rope_scaling.py),
+    which the parsed config, and so the artifact's cache key, carries."""

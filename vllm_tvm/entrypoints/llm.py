@@ -35,18 +35,20 @@ def resolve_artifact(
     quantization: str | None = None,
     target: str | None = None,
     tensor_parallel_size: int = 1,
+    max_model_len: int | None = None,
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format,
-    quantization), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
+    quantization, context), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
     types quantized on the device, `dequantized` stores every weight as floats;
     `quantization`: a group-quantization method for a float checkpoint's weights. `target`
     names another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's).
     `tensor_parallel_size` > 1: the artifact of the model split over that many ranks.
-    A resolution for this machine remembered unchanged (artifacts/resolution_memo.py) needs
-    no compiler import."""
+    `max_model_len`: the engine's context (None: the model's; it picks longrope's factor
+    set, compiler/request.py). A resolution for this machine remembered unchanged
+    (artifacts/resolution_memo.py) needs no compiler import."""
     if target is None:
         remembered = remembered_artifact(
-            model, device, dtype, weight_format, quantization, tensor_parallel_size
+            model, device, dtype, weight_format, quantization, tensor_parallel_size, max_model_len
         )
         if remembered is not None:
             return remembered
@@ -59,18 +61,26 @@ def resolve_artifact(
         weight_format,
         quantization=quantization,
         tensor_parallel_shards=tensor_parallel_size,
+        max_model_len=max_model_len,
     )
     artifact = compile_cached(request, show_progress)
     if target is None:
         remember_artifact(
-            model, device, dtype, weight_format, artifact, quantization, tensor_parallel_size
+            model,
+            device,
+            dtype,
+            weight_format,
+            artifact,
+            quantization,
+            tensor_parallel_size,
+            max_model_len,
         )
     return artifact
 
 
 def artifact_for(args: EngineArgs) -> Path:
     """The artifact of `args`: the given one, else the cached build for its model, device,
-    dtype and weight format (compiled on first use)."""
+    dtype, weight format and context (compiled on first use)."""
     if args.artifact is not None:
         return Path(args.artifact)
     return resolve_artifact(
@@ -81,6 +91,7 @@ def artifact_for(args: EngineArgs) -> Path:
         args.weight_format,
         args.quantization,
         tensor_parallel_size=args.tensor_parallel_size,
+        max_model_len=args.max_model_len,
     )
 
 

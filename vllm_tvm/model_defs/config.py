@@ -202,8 +202,12 @@ def _check_layer_types(parsed: LlamaFamilyConfig) -> LlamaFamilyConfig:
     return parsed
 
 
-def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
-    """Validate an HF config dict of a llama-family architecture and normalise it."""
+def parse_llama_family_config(
+    config: dict[str, Any], max_model_len: int | None = None
+) -> LlamaFamilyConfig:
+    """Validate an HF config dict of a llama-family architecture and normalise it, for an
+    engine of `max_model_len` tokens (None: the checkpoint's context; longrope's factor set
+    depends on it, rope_scaling.py)."""
     from vllm_tvm.model_defs import gemma_options
 
     config = gemma_options.text_config_of(config)
@@ -217,7 +221,9 @@ def parse_llama_family_config(config: dict[str, Any]) -> LlamaFamilyConfig:
     layers = int(require_key(config, "num_hidden_layers"))
     head_dim = int(config.get("head_dim") or hidden // heads)
     rotary_factor = partial_rotary_factor(config)
-    theta, rope_type, rope_scaling, context = rope_settings(config, int(head_dim * rotary_factor))
+    theta, rope_type, rope_scaling, context = rope_settings(
+        config, int(head_dim * rotary_factor), max_model_len
+    )
     is_qwen2 = architecture == "Qwen2ForCausalLM"
     is_qwen3 = architecture == "Qwen3ForCausalLM"
     is_olmo2 = architecture == "Olmo2ForCausalLM"

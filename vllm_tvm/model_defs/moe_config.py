@@ -69,12 +69,13 @@ def _sparse_layers(config: dict[str, Any], layers: int) -> tuple[int, ...]:
     return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
 
 
-def parse_moe_config(config: dict[str, Any]) -> MoEConfig:
-    """Validate an HF config dict of a mixture-of-experts architecture and normalise it."""
+def parse_moe_config(config: dict[str, Any], max_model_len: int | None = None) -> MoEConfig:
+    """Validate an HF config dict of a mixture-of-experts architecture and normalise it (for
+    an engine of `max_model_len` tokens, as `parse_llama_family_config`)."""
     architecture = config["architectures"][0]
     if architecture not in MOE_ARCHITECTURES:
         raise ModelConfigError(f"{architecture} is not a supported mixture-of-experts model")
-    base = asdict(parse_llama_family_config(config))
+    base = asdict(parse_llama_family_config(config, max_model_len))
     if base["hidden_act"] != "silu":
         # The stacked expert kernels gate with SiLU (moe.py).
         raise ModelConfigError(

@@ -35,7 +35,9 @@ class ModelFamily:
     """How to build one family: parse its config, build its nn model, map its weights."""
 
     name: str
-    parse_config: Callable[[dict[str, Any]], ConfigRecord]
+    parse_config: Callable[..., ConfigRecord]
+    """(HF config, max_model_len=None) -> the parsed config for an engine of that context
+    (None: the checkpoint's; only longrope's factor set depends on it, rope_scaling.py)."""
     build_model: Callable[..., nn.Module]
     """(config, dtype, target, attention='tir') -> the exportable model."""
     weight_sources: WeightSources
@@ -50,6 +52,13 @@ class ModelFamily:
             return self.weight_sources
         sources = self.config_weight_sources
         return lambda name: sources(config, name)
+
+
+def _context_independent(
+    parse: Callable[[dict[str, Any]], ConfigRecord],
+) -> Callable[..., ConfigRecord]:
+    """`parse` of a family whose config does not depend on the engine's context (no longrope)."""
+    return lambda config, max_model_len=None: parse(config)
 
 
 _LLAMA_FAMILY = ModelFamily(
@@ -69,7 +78,7 @@ _MOE_FAMILY = ModelFamily(
 
 _DEEPSEEK_FAMILY = ModelFamily(
     name="deepseek",
-    parse_config=parse_deepseek_config,
+    parse_config=_context_independent(parse_deepseek_config),
     build_model=deepseek.DeepseekForCausalLM,
     weight_sources=llama.fused_weight_sources,
     config_weight_sources=moe.moe_weight_sources,
@@ -84,14 +93,14 @@ _PHI3_FAMILY = ModelFamily(
 
 _OPT_FAMILY = ModelFamily(
     name="opt",
-    parse_config=parse_learned_position_config,
+    parse_config=_context_independent(parse_learned_position_config),
     build_model=learned_positions.LearnedPositionForCausalLM,
     weight_sources=learned_positions.opt_weight_sources,
 )
 
 _GPT2_FAMILY = ModelFamily(
     name="gpt2",
-    parse_config=parse_learned_position_config,
+    parse_config=_context_independent(parse_learned_position_config),
     build_model=learned_positions.LearnedPositionForCausalLM,
     weight_sources=learned_positions.gpt2_weight_sources,
 )

@@ -18,11 +18,14 @@ the cache's own or the model's (rotary.py):
   factor computed here exactly as transformers computes them, and the cache rotates nothing.
 - `longrope` factors: transformers rotates with `short_factor` while a sequence is within
   `original_max_position_embeddings` and switches every position to `long_factor` past it.
-  The paged KV cache keeps keys rotated once, so only the short-factor regime can be exact:
-  the short factors are used and the context is capped at `original_max_position_embeddings`
-  (a longer `max_model_len` is refused at load, naming longrope). vLLM picks one set per
-  engine instead (the long factors everywhere when its `max_model_len` exceeds the original
-  length); that mode would need a compile option and is not offered.
+  The paged KV cache keeps keys rotated once, so one set is compiled in (`LONGROPE_FACTOR_SETS`)
+  and the engine's context (`max_model_len`, a compile option) picks it as vLLM does: the
+  short factors with the context capped at `original_max_position_embeddings` (exact to
+  transformers for every sequence) unless `max_model_len` exceeds that length; then the long
+  factors at every position of every sequence with the context `max_position_embeddings`
+  (exact to transformers for sequences past the original length, prompt included; shorter
+  ones differ, transformers running them with the short factors). The attention factor is
+  the same for both sets, as in transformers.
 - `partial_rotary_factor`: only the first `int(head_dim * factor)` channels rotate.
 
 Anything else is refused here, by name, before a compile starts.
@@ -44,6 +47,10 @@ LLAMA3_ROPE_KEYS = (
 )
 YARN_DEFAULT_BETA_FAST = 32.0
 YARN_DEFAULT_BETA_SLOW = 1.0
+LONGROPE_SHORT = "short"
+LONGROPE_LONG = "long"
+LONGROPE_FACTOR_SETS = {LONGROPE_SHORT: "short_factor", LONGROPE_LONG: "long_factor"}
+"""longrope's factor sets (normalised `factor_set`) and the HF key each is read from."""
 
 
 MODEL_APPLIED_ROPE_TYPES = ("yarn", "longrope")
@@ -117,11 +124,13 @@ def _longrope_attention_factor(scaling: dict[str, Any], context: int, original: 
 
 
 def rope_settings(
-    config: dict[str, Any], rotary_dim: int
+    config: dict[str, Any], rotary_dim: int, max_model_len: int | None = None
 ) -> tuple[float, str, dict[str, Any], int]:
     """(theta, rope type, normalised parameters, context length run exactly) of an HF config.
 
-    `rotary_dim` is the number of rotating channels per head (it sizes longrope's factors).
+    `rotary_dim` is the number of rotating channels per head (it sizes longrope's factors);
+    `max_model_len` is the context an engine is compiled for (None: the checkpoint's), which
+    only longrope reads (`longrope_factor_set`).
     """
     if rotary_dim % 2:
         raise RopeConfigError(
@@ -151,19 +160,31 @@ def rope_settings(
             "attention_factor": _yarn_attention_factor(scaling, factor),
         }
         return theta, rope_type, params, context
-    _require_keys(rope_type, scaling, ("short_factor",))
-    short = [float(x) for x in scaling["short_factor"]]
-    if len(short) != rotary_dim // 2:
+    factor_set = longrope_factor_set(max_model_len, original)
+    key = LONGROPE_FACTOR_SETS[factor_set]
+    _require_keys(rope_type, scaling, (key,))
+    factors = [float(x) for x in scaling[key]]
+    if len(factors) != rotary_dim // 2:
         raise RopeConfigError(
-            f"rope_scaling type 'longrope' has {len(short)} short factors; "
+            f"rope_scaling type 'longrope' has {len(factors)} {factor_set} factors; "
             f"the rotary dimension {rotary_dim} needs {rotary_dim // 2}"
         )
     params = {
-        "short_factor": short,
+        "factor_set": factor_set,
+        "factors": factors,
         "original_max_position_embeddings": original,
         "attention_factor": _longrope_attention_factor(scaling, context, original),
     }
-    return theta, rope_type, params, min(context, original)
+    run_context = context if factor_set == LONGROPE_LONG else min(context, original)
+    return theta, rope_type, params, run_context
+
+
+def longrope_factor_set(max_model_len: int | None, original: int) -> str:
+    """vLLM's choice of one longrope factor set per engine: the long factors when its context
+    exceeds the original length, else the short ones."""
+    if max_model_len is not None and max_model_len > original:
+        return LONGROPE_LONG
+    return LONGROPE_SHORT
 
 
 def _yarn_divisors(params: dict[str, Any], theta: float, rotary_dim: int) -> np.ndarray:
@@ -221,7 +242,7 @@ def rope_frequencies(
     if rope_type == "yarn":
         inv_freq = inv_freq / _yarn_divisors(params, theta, rotary_dim)
     elif rope_type == "longrope":
-        inv_freq = inv_freq / np.asarray(params["short_factor"], dtype=np.float64)
+        inv_freq = inv_freq / np.asarray(params["factors"], dtype=np.float64)
     else:
         return inv_freq.astype(np.float32), 1.0
     return inv_freq.astype(np.float32), float(params["attention_factor"])

@@ -263,11 +263,16 @@ class ModelRunner:
 
 
 def _limit_reason(config: dict[str, Any]) -> str:
-    """Why a longrope model's limit is its original length (model_defs/rope_scaling.py)."""
+    """Why a longrope model compiled with its short factors has its original length as its
+    limit (model_defs/rope_scaling.py: compiled with the long factors, it has the full one)."""
     if config.get("rope_type") != "longrope":
+        return ""
+    original = int(config["rope_scaling"]["original_max_position_embeddings"])
+    if int(config["max_position_embeddings"]) > original:
         return ""
     return (
         " (longrope: past original_max_position_embeddings transformers rotates with the "
         "long factors, which the paged cache cannot apply to keys already rotated with the "
-        "short ones)"
+        "short ones; an artifact compiled for a longer max_model_len runs the long factors "
+        "at every position)"
     )
