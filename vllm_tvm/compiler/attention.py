@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.cache import cache_root
 from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_FLASHINFER
+from vllm_tvm.compiler.flashinfer_objects import flashinfer_objects_kept
 
 FLASHINFER_DTYPES = ("float16", "bfloat16")
 FLASHINFER_VERSION = "0.6.15.post1"
@@ -80,6 +82,8 @@ def flashinfer_build_environment(arch: str, libcuda_stub: Path) -> Iterator[None
 
     Sets the architecture list (e.g. sm_90a -> 9.0a), CUDA_HOME from nvcc, and a link
     directory holding `libcuda.so` (our stub driver), which FlashInfer's final link names.
+    Objects an earlier compile built for the same arguments are linked instead of rebuilt
+    (flashinfer_objects.py).
     """
     toolkit = cuda_toolkit_root()
     digits = arch.removeprefix("sm_")
@@ -96,8 +100,9 @@ def flashinfer_build_environment(arch: str, libcuda_stub: Path) -> Iterator[None
     }
     previous = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
+    kept = cache_root() / "flashinfer_objects"
     try:
-        with _object_paths_as_built():
+        with _object_paths_as_built(), flashinfer_objects_kept(kept, toolkit):
             yield
     finally:
         for name, value in previous.items():
