@@ -179,3 +179,16 @@ def test_gguf_phi3_long_mode_equals_transformers(
     output = llm.generate(prompt, params)[0].outputs[0]
     expected = _oracle_greedy(_eager_oracle(model_dir), prompt, NEW_TOKENS)
     assert list(output.token_ids) == expected
+
+
+def test_publish_accepts_both_factor_sets_built_from_the_checkpoint(
+    tiny_model_dir, long_llm
+) -> None:
+    """`publish --artifact` checks that the artifact was built from the checkpoint; a long-mode
+    build of it is (its context picks the factor set, so the check parses with it)."""
+    from vllm_tvm.cli.publish_cmd import check_artifact_fits
+
+    model_dir = tiny_model_dir(NAME)
+    for context in (None, LONG_CONTEXT):
+        artifact = resolve_artifact(model_dir, "cpu", "auto", False, max_model_len=context)
+        check_artifact_fits(artifact, model_dir, read_manifest(artifact).target)

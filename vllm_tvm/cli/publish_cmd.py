@@ -69,7 +69,9 @@ def check_artifact_fits(artifact: Path, checkpoint: Path, target_name: str) -> N
 
     manifest = read_manifest(artifact, verify=True)
     config = read_model_config(checkpoint)
-    config_hash = family_for(config).parse_config(config).fingerprint()
+    # The context it was built for picks what depends on it (longrope's factor set).
+    context = manifest.model_config.get("max_position_embeddings")
+    config_hash = family_for(config).parse_config(config, context).fingerprint()
     if manifest.target != target_name:
         raise ValueError(
             f"--artifact {artifact} was built for target {manifest.target!r}, not {target_name!r}"
