@@ -47,14 +47,19 @@ KERNEL_NAME = "tir_attention_prefill_ragged_cpu"
 KERNEL_SYMBOL = "batch_prefill_ragged_kv"
 """That kernel's global symbol, which is also its name in an exported model's module."""
 
-QUERY_VECTORS = 48
-"""Query vectors (query rows times the query heads of one key/value head) per tile: three
-AVX-512 registers of fp32 per key scored."""
+QUERY_VECTORS = 96
+"""Query vectors (query rows times the query heads of one key/value head) per tile at most:
+six AVX-512 registers of scores per key. At 2,000 tokens of SmolLM2's shape
+(benchmarks/cpu_attention_kernel.py), 96 took ≈ 0.8x the CPU time of 48."""
+
+TILE_QUERY_VALUES = 6144
+"""fp32 values of a tile's queries at most (24 KiB, half an L1 data cache): fewer query
+vectors for head dimensions above 64."""
 
 VECTOR = 16
 """fp32 lanes of one AVX-512 register: the unit of every vector loop over query vectors."""
 
-KEY_BLOCK = 32
+KEY_BLOCK = 64
 """Keys scored before the softmax state is rescaled."""
 
 LANES = 8
@@ -110,7 +115,7 @@ class TileShape:
 
 def tile_shape(group: int, d: int) -> TileShape:
     """The tile for `group` query heads per key/value head of dimension `d`."""
-    rows = max(1, QUERY_VECTORS // group)
+    rows = max(1, min(QUERY_VECTORS, TILE_QUERY_VALUES // d) // group)
     lanes = math.ceil(rows * group / VECTOR) * VECTOR
     keys = next(n for n in (4, 2, 1) if n * lanes * 4 < _STACK_BYTES or n == 1)
     block_rows = next(
