@@ -34,6 +34,7 @@ TVM's kernels).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
@@ -326,32 +327,52 @@ def ragged_prefill_cpu(
     return batch_prefill_ragged_kv
 
 
-def _swap_ragged_prefill(mod: tvm.IRModule, softcap: float | None) -> tvm.IRModule:
-    """Swap TVM's CPU ragged-prefill kernel for `ragged_prefill_cpu` where the shapes allow.
+def swap_kernel(
+    mod: tvm.IRModule,
+    symbol: str,
+    build: Callable[[tvm.tirx.PrimFunc], tvm.tirx.PrimFunc | None],
+) -> tvm.IRModule:
+    """`mod` with its PrimFunc of global symbol `symbol` replaced by `build(that function)`,
+    the replacement keeping its attributes; `mod` itself where there is none or `build`
+    returns None (shapes it does not handle).
 
-    The kernel is found by its global symbol: an exported model's module names it after the
-    symbol, TVM's KV-cache builder after KERNEL_NAME."""
+    A kernel is found by its global symbol: an exported model's module names it after the
+    symbol, TVM's KV-cache builder after its own name (KERNEL_NAME for ragged prefill)."""
     found = [
         gv
         for gv, func in mod.functions_items()
         if isinstance(func, tvm.tirx.PrimFunc)
-        and str((func.attrs or {}).get("global_symbol", "")) == KERNEL_SYMBOL
+        and str((func.attrs or {}).get("global_symbol", "")) == symbol
     ]
     if not found:
         return mod
     (global_var,) = found
     stock = mod[global_var]
-    q, k, v = stock.params[0], stock.params[2], stock.params[3]  # buffers, by signature
-    h_q, d = int(q.shape[1]), int(q.shape[2])
-    h_kv, d_v = int(k.shape[1]), int(v.shape[2])
-    if d % LANES or d != d_v:
+    kernel = build(stock)
+    if kernel is None:
         return mod
-    kernel = ragged_prefill_cpu(h_kv, h_q, d, str(q.dtype), softcap)
     for key, value in (stock.attrs or {}).items():
         kernel = kernel.with_attr(key, value)
     updated = mod.clone()
     updated.update_func(updated.get_global_var(global_var.name_hint), kernel)
     return updated
+
+
+def _ragged_prefill_for(
+    stock: tvm.tirx.PrimFunc, softcap: float | None
+) -> tvm.tirx.PrimFunc | None:
+    """`ragged_prefill_cpu` for the shapes of TVM's kernel `stock`, None where unsupported."""
+    q, k, v = stock.params[0], stock.params[2], stock.params[3]  # buffers, by signature
+    h_q, d = int(q.shape[1]), int(q.shape[2])
+    h_kv, d_v = int(k.shape[1]), int(v.shape[2])
+    if d % LANES or d != d_v:
+        return None
+    return ragged_prefill_cpu(h_kv, h_q, d, str(q.dtype), softcap)
+
+
+def _swap_ragged_prefill(mod: tvm.IRModule, softcap: float | None) -> tvm.IRModule:
+    """Swap TVM's CPU ragged-prefill kernel for `ragged_prefill_cpu` where the shapes allow."""
+    return swap_kernel(mod, KERNEL_SYMBOL, lambda stock: _ragged_prefill_for(stock, softcap))
 
 
 def replace_cpu_ragged_prefill(softcap: float | None = None) -> tvm.transform.Pass:
