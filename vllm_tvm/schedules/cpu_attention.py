@@ -50,8 +50,8 @@ KERNEL_SYMBOL = "batch_prefill_ragged_kv"
 
 QUERY_VECTORS = 96
 """Query vectors (query rows times the query heads of one key/value head) per tile at most:
-six AVX-512 registers of scores per key. At 2,000 tokens of SmolLM2's shape
-(benchmarks/cpu_attention_kernel.py), 96 took ≈ 0.8x the CPU time of 48."""
+six AVX-512 registers of scores per key. At 2,000 tokens of SmolLM2's shape, 96 with 64-key
+blocks took ≈ 0.8x the CPU time of 48 with 32-key blocks (a run by hand on the loaded box)."""
 
 TILE_QUERY_VALUES = 6144
 """fp32 values of a tile's queries at most (24 KiB, half an L1 data cache): fewer query
@@ -70,14 +70,17 @@ _STACK_BYTES = 1024
 """TVM keeps a CPU kernel's scratch buffer on the stack (in registers, once LLVM is done)
 below this size and asks its workspace allocator for larger ones."""
 
-_LOG2E = math.log2(math.e)
-_NO_SCORE = -5e4
-"""The starting maximum, as in TVM's kernel (a score below it cannot occur in fp32 models)."""
+LOG2E = math.log2(math.e)
+"""Scores are kept in log2 units (exp2 is the cheaper exponential)."""
+
+NO_SCORE = -5e4
+"""The starting maximum, as in TVM's kernels (a score below it cannot occur in fp32 models)."""
 _MASKED = -3e38
 """A masked score: far enough below any maximum that its weight is exactly 0."""
 
 
-def _f32(value: tvm.tirx.PrimExpr) -> tvm.tirx.PrimExpr:
+def as_f32(value: tvm.tirx.PrimExpr) -> tvm.tirx.PrimExpr:
+    """`value` in fp32, where the kernels accumulate whatever the cache's dtype."""
     return T.Cast("float32", value)
 
 
@@ -89,11 +92,11 @@ def _key_row(
     return first_key + T.min(key, visible - 1)
 
 
-def _soft_capped(score: tvm.tirx.PrimExpr, cap: float | None) -> tvm.tirx.PrimExpr:
+def soft_capped(score: tvm.tirx.PrimExpr, cap: float | None) -> tvm.tirx.PrimExpr:
     """`score` (in log2 units) soft-capped at `cap` (in natural units); unchanged for None."""
     if cap is None:
         return score
-    scaled_cap = T.float32(cap * _LOG2E)
+    scaled_cap = T.float32(cap * LOG2E)
     return scaled_cap * vector_math.tanh(score / scaled_cap)
 
 
@@ -206,7 +209,7 @@ def ragged_prefill_cpu(
                             for c, m in T.grid(d, lanes):
                                 queries[c, m] = T.if_then_else(
                                     m < width and first + m // group < n_q,
-                                    _f32(
+                                    as_f32(
                                         q[
                                             q0 + T.min(first + m // group, n_q - 1),
                                             hk * group + m % group,
@@ -214,7 +217,7 @@ def ragged_prefill_cpu(
                                         ]
                                     )
                                     * sm_scale
-                                    * T.float32(_LOG2E),
+                                    * T.float32(LOG2E),
                                     T.float32(0),
                                 )
                             for m in T.serial(lanes):
@@ -223,7 +226,7 @@ def ragged_prefill_cpu(
                                     n_kv - n_q + T.min(first + m // group, n_q - 1) + 1,
                                     n_kv,
                                 )
-                                running_max[m] = T.float32(_NO_SCORE)
+                                running_max[m] = T.float32(NO_SCORE)
                                 denominator[m] = T.float32(0)
                             for m, c in T.grid(lanes, d):
                                 acc[m, c] = T.float32(0)
@@ -242,7 +245,7 @@ def ragged_prefill_cpu(
                                             for mo in T.unroll(lanes // VECTOR):
                                                 for mi in T.vectorized(VECTOR):
                                                     key_scores[ji, mo * VECTOR + mi] += (
-                                                        _f32(
+                                                        as_f32(
                                                             k[
                                                                 _key_row(
                                                                     kv0,
@@ -259,7 +262,7 @@ def ragged_prefill_cpu(
                                         for mi in T.vectorized(VECTOR):
                                             scores[jo * keys + ji, mo * VECTOR + mi] = T.Select(
                                                 start + jo * keys + ji < limit[mo * VECTOR + mi],
-                                                _soft_capped(
+                                                soft_capped(
                                                     key_scores[ji, mo * VECTOR + mi], softcap
                                                 ),
                                                 T.float32(_MASKED),
@@ -308,7 +311,7 @@ def ragged_prefill_cpu(
                                             for c in T.vectorized(d):
                                                 row_acc[mi, c] += scores[
                                                     j, mo * block_rows + mi
-                                                ] * _f32(
+                                                ] * as_f32(
                                                     v[_key_row(kv0, start + j, visible), hk, c]
                                                 )
                                     for mi in T.unroll(block_rows):

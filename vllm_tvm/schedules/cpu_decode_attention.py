@@ -22,13 +22,11 @@ kernel into a model's module on `llvm` targets when the head dimension is a mult
 
 from __future__ import annotations
 
-import math
-
 import tvm
 from tvm.script import tirx as T
 
 from vllm_tvm.schedules import vector_math
-from vllm_tvm.schedules.cpu_attention import swap_kernel
+from vllm_tvm.schedules.cpu_attention import LOG2E, NO_SCORE, as_f32, soft_capped, swap_kernel
 
 DECODE_SYMBOL = "batch_decode_paged_kv_cpu"
 """TVM's CPU paged-decode kernel's global symbol (without a sliding window)."""
@@ -40,22 +38,10 @@ VECTOR = 16
 """fp32 lanes of one AVX-512 register: the chunk of a dot product (the head dimension must be
 a whole number of them)."""
 
-_LOG2E = math.log2(math.e)
-_NO_SCORE = -5e4
-"""The starting maximum, as in TVM's kernel, which also starts its denominator at 1 (one
-phantom key at this score, weighing nothing once a real key is seen)."""
-
-
-def _f32(value: tvm.tirx.PrimExpr) -> tvm.tirx.PrimExpr:
-    return T.Cast("float32", value)
-
-
-def _soft_capped(score: tvm.tirx.PrimExpr, cap: float | None) -> tvm.tirx.PrimExpr:
-    """`score` (in log2 units) soft-capped at `cap` (in natural units); unchanged for None."""
-    if cap is None:
-        return score
-    scaled_cap = T.float32(cap * _LOG2E)
-    return scaled_cap * vector_math.tanh(score / scaled_cap)
+_PHANTOM_DENOMINATOR = 1.0
+"""TVM's kernel starts its denominator at 1 with its maximum at NO_SCORE: one phantom key
+that weighs nothing once a real key is seen, and gives an empty sequence zeros and an lse of
+NO_SCORE. Kept, for the same results."""
 
 
 def paged_decode_cpu(
@@ -121,11 +107,11 @@ def paged_decode_cpu(
                     T.if_then_else(n_pages > 0, (n_pages - 1) * page_size + last_page_len[b], 0)
                 )
                 for g, c in T.grid(group, d):
-                    queries[g, c] = _f32(q[b, hk * group + g, c]) * sm_scale * T.float32(_LOG2E)
+                    queries[g, c] = as_f32(q[b, hk * group + g, c]) * sm_scale * T.float32(LOG2E)
                     acc[g, c] = T.float32(0)
                 for g in T.serial(group):
-                    running_max[g] = T.float32(_NO_SCORE)
-                    denominator[g] = T.float32(1)
+                    running_max[g] = T.float32(NO_SCORE)
+                    denominator[g] = T.float32(_PHANTOM_DENOMINATOR)
                 for block in T.serial(T.ceildiv(n_keys, KEY_BLOCK)):
                     start = T.Bind(block * KEY_BLOCK)
                     present = T.Bind(T.min(KEY_BLOCK, n_keys - start))
@@ -136,7 +122,7 @@ def paged_decode_cpu(
                                 partial[lane] = T.float32(0)
                             for co in T.serial(d // VECTOR):
                                 for lane in T.vectorized(VECTOR):
-                                    partial[lane] += queries[g, co * VECTOR + lane] * _f32(
+                                    partial[lane] += queries[g, co * VECTOR + lane] * as_f32(
                                         pages[
                                             page, 0, hk, (start + j) % page_size, co * VECTOR + lane
                                         ]
@@ -148,7 +134,7 @@ def paged_decode_cpu(
                                 partial[lane] += partial[lane + VECTOR // 4]
                             for lane in T.vectorized(VECTOR // 8):
                                 partial[lane] += partial[lane + VECTOR // 8]
-                            scores[g, j] = _soft_capped(partial[0] + partial[1], softcap)
+                            scores[g, j] = soft_capped(partial[0] + partial[1], softcap)
                     for g in T.serial(group):
                         block_max[g] = running_max[g]
                         for j in T.serial(present):
@@ -167,7 +153,7 @@ def paged_decode_cpu(
                         page = T.Bind(page_values[first_page + (start + j) // page_size])
                         for g in T.serial(group):
                             for c in T.vectorized(d):
-                                acc[g, c] += scores[g, j] * _f32(
+                                acc[g, c] += scores[g, j] * as_f32(
                                     pages[page, 1, hk, (start + j) % page_size, c]
                                 )
                 for g in T.serial(group):
