@@ -4,9 +4,9 @@ this machine's CPU target (the vector width the models get).
 The attention cases cover what the kernel does: ragged batches (a cached prefix, a single
 decode-like row, prompts spanning several query tiles and key blocks), causal and full
 masks, grouped queries (1, 3, 5 and 8 query heads per key/value head: 5 leaves unused lanes
-in a tile), head dimensions 16 to 128, soft-capped scores, and peaked softmaxes. Tolerance:
-outputs within 1e-5 relative plus 2e-6 absolute of float64 (fp32 accumulation over up to
-150 keys), the log2-sum-exp within 2e-5 absolute.
+in a tile; 4 with the cap), head dimensions 16 to 128, soft-capped scores, and peaked
+softmaxes. Tolerance: outputs within 1e-5 relative plus 2e-6 absolute of float64 (fp32
+accumulation over up to 150 keys), the log2-sum-exp within 2e-5 absolute.
 """
 
 from __future__ import annotations
