@@ -1,10 +1,12 @@
 """The parts of the CPU comparison against llama.cpp and their sizes, full and `--quick`.
 
-Why: the whole matrix takes most of 20 minutes on a quiet 2-core box, while a change to one
-part, or a check that every part still runs on a loaded box, needs minutes; so each part is
-selectable by name and has a quick variant of the same code path with smaller sizes. The
-sizes live here only; cpu_peers.py runs them. Long parts (the 0.5B model, the 8k prompt) run
-fewer rounds and repetitions than the small model's.
+Why: the whole matrix is sized to take under 20 minutes on a quiet 2-core box (artifacts
+already compiled), while a change to one part, or a check that every part still runs on a
+loaded box, needs minutes; so each part is selectable by name and has a quick variant of the
+same code path with smaller sizes. The sizes live here only; cpu_peers.py runs them. The full
+sizes: one timed repetition after the untimed one, two rounds for the small model and the
+engine, one round for the 0.5B files and the 8k prompt (whose prefill alone takes minutes on
+our side).
 
 Parts:
   smollm2      runner level, the default model: decode and prefill 512 / 2,048
@@ -12,7 +14,7 @@ Parts:
   qwen_0_5b    runner level, the 0.5B model (cpu_peer_models.py) as F16, Q8_0 and Q4_K_M:
                decode and prefill 512 each
   engine       16 requests of 128 in / 64 out at once: our engine against
-               llama-batched-bench (cpu_peer_engine.py), the default model and the 0.5B Q4_K_M
+               llama-batched-bench (cpu_peer_engine.py), the default model
   rss          peak RSS of one short generation (cpu_peer_rss.py), the default model and
                the 0.5B Q4_K_M
 """
@@ -31,8 +33,8 @@ PARTS: dict[str, dict[str, dict[str, Any]]] = {
             "models": (DEFAULT_MODEL,),
             "prompts": "512,2048",
             "decode": 64,
-            "rounds": 3,
-            "repetitions": 3,
+            "rounds": 2,
+            "repetitions": 1,
             "warmup": True,
         },
         "quick": {
@@ -51,7 +53,7 @@ PARTS: dict[str, dict[str, dict[str, Any]]] = {
             "models": (DEFAULT_MODEL,),
             "prompts": "8192",
             "decode": 16,
-            "rounds": 2,
+            "rounds": 1,
             "repetitions": 1,
             "warmup": False,
         },
@@ -69,8 +71,8 @@ PARTS: dict[str, dict[str, dict[str, Any]]] = {
             "models": ("F16", "Q8_0", "Q4_K_M"),
             "prompts": "512",
             "decode": 32,
-            "rounds": 2,
-            "repetitions": 2,
+            "rounds": 1,
+            "repetitions": 1,
             "warmup": True,
         },
         "quick": {
@@ -84,7 +86,7 @@ PARTS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "engine": {
         "full": {
-            "models": (DEFAULT_MODEL, "Q4_K_M"),
+            "models": (DEFAULT_MODEL,),
             "prompt": 128,
             "output": 64,
             "width": 16,

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -218,7 +219,9 @@ def measure_ours(gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
         runner.kv_cache.remove_sequence(seq)
         return seconds
 
-    figures: dict[str, Any] = {"threads": runner.cpu_threads, "raw": {}}
+    formats = Counter(param.format for param in runner.manifest.params)
+    artifact = {"dtype": runner.manifest.dtype, "param_formats": dict(sorted(formats.items()))}
+    figures: dict[str, Any] = {"threads": runner.cpu_threads, "artifact": artifact, "raw": {}}
     tests = [("decode_b1", args.decode, decode_seconds)]
     tests += [(f"prefill_{p}", p, lambda p=p: prefill_seconds(p)) for p in prompts]
     for name, count, timed in tests:
@@ -382,9 +385,7 @@ def main() -> int:
     }
     out = args.out or HERE / "results" / f"cpu_peers_{date[:10]}.json"
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    summaries = {
-        p: {m: r["summary"] for m, r in v.items() if m != "sizes"} for p, v in parts.items()
-    }
+    summaries = {p: {m: r["summary"] for m, r in v["models"].items()} for p, v in parts.items()}
     print(json.dumps(summaries, indent=1))
     print(f"wrote {out} ({report['wall_s']:.0f} s)")
     return 0
