@@ -9,16 +9,20 @@ does not depend on the weight values. The Q8_0 and Q4_K_M files are made from th
 by llama.cpp's own `llama-quantize`, so both engines read the very same bytes: llama.cpp
 chooses each tensor's type (in Q4_K_M, matrices whose rows are not a multiple of 256 values,
 here every one reading the 896-wide hidden state, fall back to Q5_0 or Q8_0), and
-`tensor_types` records what each file holds.
+`tensor_types` records what each file holds, `matrix_formats` which of them our artifact keeps
+quantized (a fused projection is kept in blocks only when all its parts share one supported
+type).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 
@@ -88,14 +92,16 @@ def tensor_types(path: Path) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def kept_quantized(types: dict[str, int]) -> dict[str, list[str]]:
-    """Which of `types` our `--weight-format native` keeps in blocks and which it turns into
-    float arrays at load (float types count as dequantized: they load as the artifact's
-    dtype)."""
-    from vllm_tvm.checkpoints.weight_formats import FORMATS
-
-    native = {fmt.ggml_type for fmt in FORMATS.values()}
-    return {
-        "kept_quantized": [t for t in types if t in native],
-        "dequantized_at_load": [t for t in types if t not in native],
-    }
+def matrix_formats(params: list[Any]) -> dict[str, list[str]]:
+    """How our artifact stores each kind of matrix: the manifest's 2-D weights (its
+    `ParamEntry`s, planes of one weight counted once) by role, layer number left out, mapped
+    to the formats they have across layers (`float`: dequantized at load to the artifact's
+    dtype; a block format: kept quantized, dequantized inside the matmul)."""
+    roles: dict[str, set[str]] = {}
+    for param in params:
+        if len(param.shape) != 2:
+            continue
+        weight = param.name.removesuffix(f".{param.plane}") if param.plane else param.name
+        role = re.sub(r"^model\.layers\.\d+\.", "", weight)
+        roles.setdefault(role, set()).add(param.format)
+    return {role: sorted(formats) for role, formats in sorted(roles.items())}

@@ -1,14 +1,14 @@
 """Peak resident memory of one short generation: `vllm-tvm generate` against llama.cpp.
 
 Why: on a CPU box memory decides which model fits beside everything else, and a peak taken
-by the same tool on both sides (`/usr/bin/time -v`, the kernel's max RSS of the process and
-its waited-for children) is the figure a user would see. Our side is `vllm-tvm generate`
-with its artifact already compiled and cached (one untimed run first, so no compiler is
-loaded into the measured process); theirs `llama-completion` (llama.cpp's plain text
-completion, no conversation mode). Both get the same prompt, greedy decoding, the same number
-of new tokens and a KV cache of the same capacity in tokens (ours `--num-blocks` blocks of 32
-tokens, theirs `-c`). Both map the model file: its pages that were read count in the RSS of
-each side alike.
+by the same tool on both sides (`/usr/bin/time -v`: the largest RSS the kernel saw for the
+process or any one of its waited-for children) is the figure a user would see. Our side is
+`vllm-tvm generate` with its artifact already compiled and cached (one untimed run first, so
+the measured one loads the cached artifact, as a user's second run does); theirs
+`llama-completion` (llama.cpp's plain text completion, no conversation mode). Both get the
+same prompt, greedy decoding, the same number of new tokens and a KV cache of the same
+capacity in tokens (ours `--num-blocks` blocks of 32 tokens, theirs `-c`). Pages of a
+memory-mapped model file count in the RSS once read (llama.cpp maps the file by default).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def parse_time_v(stderr: str) -> dict[str, Any]:
         figures[key] = kind(match.group(1))
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", stderr)
     if wall is not None:
-        figures["wall_s"] = sum(
+        figures["elapsed_s"] = sum(
             float(part) * 60**power for power, part in enumerate(reversed(wall.group(1).split(":")))
         )
     if figures["exit_status"] != 0:

@@ -39,7 +39,6 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,7 +52,7 @@ import cpu_peer_models  # noqa: E402
 import cpu_peer_parts  # noqa: E402
 import cpu_peer_rss  # noqa: E402
 from cpu_peer_engine import compare, run_our_engine, run_peer_engine  # noqa: E402
-from cpu_peer_models import kept_quantized, prepare_models, tensor_types  # noqa: E402
+from cpu_peer_models import matrix_formats, prepare_models, tensor_types  # noqa: E402
 from cpu_peer_parts import DEFAULT_MODEL, RUNNER_PARTS, parse_tests, part_sizes  # noqa: E402
 from cpu_peer_rss import (  # noqa: E402
     compile_artifact_untimed,
@@ -219,8 +218,10 @@ def measure_ours(gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
         runner.kv_cache.remove_sequence(seq)
         return seconds
 
-    formats = Counter(param.format for param in runner.manifest.params)
-    artifact = {"dtype": runner.manifest.dtype, "param_formats": dict(sorted(formats.items()))}
+    artifact = {
+        "dtype": runner.manifest.dtype,
+        "matrix_formats": matrix_formats(runner.manifest.params),
+    }
     figures: dict[str, Any] = {"threads": runner.cpu_threads, "artifact": artifact, "raw": {}}
     tests = [("decode_b1", args.decode, decode_seconds)]
     tests += [(f"prefill_{p}", p, lambda p=p: prefill_seconds(p)) for p in prompts]
@@ -328,7 +329,6 @@ def run_matrix(args: argparse.Namespace, bin_dir: Path) -> dict[str, Any]:
             results[part]["models"][model] = {
                 "file": files[model].name,
                 "tensor_types": types,
-                "our_native_formats": kept_quantized(types),
                 "summary": summarize(rounds),
                 "rounds": rounds,
             }

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_tvm.artifacts.manifest import ParamEntry
 from vllm_tvm.benchmarking.metrics import RequestTiming, summarize_level
 from vllm_tvm.benchmarking.report import BenchReport
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import cpu_peer_engine
 import cpu_peer_parts
 import cpu_peer_rss
-from cpu_peer_models import QWEN25_05B_SHAPE, kept_quantized
+from cpu_peer_models import QWEN25_05B_SHAPE, matrix_formats
 from cpu_profile_shares import category, category_shares
 from write_random_gguf import tensor_shapes
 
@@ -116,7 +117,7 @@ def test_time_v_report_gives_peak_rss_and_refuses_failures() -> None:
     report = TIME_REPORT.read_text()
     figures = cpu_peer_rss.parse_time_v(report)
     assert figures["max_rss_kb"] == 316548
-    assert figures["wall_s"] == pytest.approx(1.96)
+    assert figures["elapsed_s"] == pytest.approx(1.96)
     assert (figures["user_s"], figures["system_s"]) == (2.30, 0.47)
     with pytest.raises(ValueError, match="not GNU time's -v report"):
         cpu_peer_rss.parse_time_v("Killed\n")
@@ -142,11 +143,21 @@ def test_half_b_file_has_qwen25_05b_size_with_tied_embeddings_and_plain_rope() -
     assert shapes["blk.23.attn_k.weight"] == (2 * 64, 896)
 
 
-def test_formats_split_into_kept_quantized_and_dequantized_at_load() -> None:
-    types = {"Q4_K": 12, "Q5_0": 132, "Q6_K": 12, "Q8_0": 13}
-    assert kept_quantized(types) == {
-        "kept_quantized": ["Q4_K", "Q6_K", "Q8_0"],
-        "dequantized_at_load": ["Q5_0"],
+def test_matrix_formats_name_each_role_once_with_its_formats() -> None:
+    def param(name: str, shape: list[int], fmt: str = "float", plane: str | None = None):
+        return ParamEntry(name, shape, "float32", [name], format=fmt, plane=plane)
+
+    params = [param("model.layers.0.input_layernorm.weight", [896])]
+    for layer, down in ((0, "q4_k"), (1, "q6_k")):
+        params.append(param(f"model.layers.{layer}.self_attn.qkv_proj.weight", [1152, 896]))
+        for plane in ("qs", "d"):
+            name = f"model.layers.{layer}.mlp.down_proj.weight.{plane}"
+            params.append(param(name, [896, 19], down, plane))
+    params.append(param("model.embed_tokens.weight.qs", [151936, 896], "q8_0", "qs"))
+    assert matrix_formats(params) == {
+        "mlp.down_proj.weight": ["q4_k", "q6_k"],
+        "model.embed_tokens.weight": ["q8_0"],
+        "self_attn.qkv_proj.weight": ["float"],
     }
 
 
