@@ -57,9 +57,10 @@ PARTS: dict[str, dict[str, dict[str, Any]]] = {
             "repetitions": 1,
             "warmup": False,
         },
+        # Quick: the same code path on a prompt short enough for a check run.
         "quick": {
             "models": (DEFAULT_MODEL,),
-            "prompts": "8192",
+            "prompts": "1024",
             "decode": 4,
             "rounds": 1,
             "repetitions": 1,

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "peers"))
+# This checkout's vllm_tvm, not another install's, here and (PYTHONPATH) in every child.
+sys.path[1:1] = [str(HERE.parent), str(HERE / "peers")]
 
 import cpu_peer_engine  # noqa: E402
 import cpu_peer_models  # noqa: E402
@@ -361,6 +362,9 @@ def main() -> int:
         print(json.dumps(measure_ours(args.gguf or default_gguf(), args)))
         return 0
     parse_tests(args.tests)  # refuse an unknown part before building anything
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])
+    )
     bin_dir = build_llamacpp(args.cache)
     if args.build_only:
         print(bin_dir)
