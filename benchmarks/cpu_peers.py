@@ -307,19 +307,14 @@ def part_rounds(part: str, sizes: dict[str, Any], bin_dir: Path, gguf: Path) -> 
     return [interleaved(sides, rss_ratio, i) for i in range(sizes["rounds"])]
 
 
-def model_files(cache: Path, bin_dir: Path, kinds: set[str], gguf: Path | None) -> dict:
-    """Model key -> GGUF path for `kinds` (DEFAULT_MODEL: --gguf or the embedded model)."""
-    files = {DEFAULT_MODEL: gguf or default_gguf()} if DEFAULT_MODEL in kinds else {}
-    others = tuple(sorted(kinds - {DEFAULT_MODEL}))
-    return files | (prepare_models(cache, bin_dir, others) if others else {})
-
-
 def run_matrix(args: argparse.Namespace, bin_dir: Path) -> dict[str, Any]:
     """Every selected part on each of its models: settings, tensor types, summary, rounds."""
     parts = parse_tests(args.tests)
     sizes = {part: part_sizes(part, args.quick) for part in parts}
     kinds = {model for part in parts for model in sizes[part]["models"]}
-    files = model_files(args.cache, bin_dir, kinds, args.gguf)
+    files = {DEFAULT_MODEL: args.gguf or default_gguf()}  # and the 0.5B files the parts use
+    others = tuple(sorted(kinds - {DEFAULT_MODEL}))
+    files |= prepare_models(args.cache, bin_dir, others) if others else {}
     results: dict[str, Any] = {}
     for part in parts:
         results[part] = {"sizes": sizes[part], "models": {}}
@@ -388,6 +383,7 @@ def main() -> int:
         "parts": parts,
     }
     out = args.out or HERE / "results" / f"cpu_peers_{date[:10]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     summaries = {p: {m: r["summary"] for m, r in v["models"].items()} for p, v in parts.items()}
     print(json.dumps(summaries, indent=1))

@@ -121,6 +121,7 @@ def main() -> None:
         "cases": cases,
     }
     if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     for name, case in cases.items():
         split = case["categories"].items()
