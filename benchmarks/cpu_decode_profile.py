@@ -41,15 +41,14 @@ def _timed(totals: dict[str, list[float]], phase: str, call: Callable[[], Any]) 
     return result
 
 
-def profile(args: argparse.Namespace) -> dict[str, Any]:
-    """Per-phase wall and CPU seconds per step, one dict per repeat."""
+def runner_for(gguf: Path, length: int) -> Any:
+    """Our model runner of `gguf` (its cached artifact, compiled on first use) for one
+    sequence of up to `length` tokens, prefilled in one chunk."""
     from vllm_tvm.entrypoints.llm import artifact_for
     from vllm_tvm.runtime.engine.args import EngineArgs
     from vllm_tvm.runtime.model.runner import ModelRunner
 
-    gguf = default_gguf()
-    length = args.context + args.steps + 1
-    runner = ModelRunner(
+    return ModelRunner(
         artifact_for(EngineArgs(model=str(gguf))),
         gguf,
         max_model_len=length,
@@ -57,6 +56,11 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         prefill_chunk_size=length,
         show_progress=False,
     )
+
+
+def profile(args: argparse.Namespace) -> dict[str, Any]:
+    """Per-phase wall and CPU seconds per step, one dict per repeat."""
+    runner = runner_for(default_gguf(), args.context + args.steps + 1)
     rng = np.random.default_rng(0)
     prompt = rng.integers(100, runner.vocab_size, size=args.context).tolist()
     kv = runner.kv_cache
@@ -95,8 +99,8 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def kernel_shares(runner: Any, prompt: list[int], steps: int) -> dict[str, Any]:
-    """Per VM call symbol of `decode_single`: calls, CPU ms per step and share of CPU."""
+def instrumented_calls(runner: Any, work: Callable[[], Any]) -> dict[str, list[float]]:
+    """Per VM call symbol during `work()`: [calls, CPU seconds], by the VM's instrument hook."""
     totals: dict[str, list[float]] = {}
     started: list[float] = []
 
@@ -109,20 +113,39 @@ def kernel_shares(runner: Any, prompt: list[int], steps: int) -> dict[str, Any]:
             entry[1] += time.process_time() - started[0]
         return 0
 
-    seq = 1 << 20
-    runner.kv_cache.add_sequence(seq)
-    token = int(runner.prefill_logits([seq], [prompt]).argmax()[0])
     runner.vm.set_instrument(instrument)
-    for _ in range(steps):
-        token = int(runner.decode_logits([seq], [token]).argmax()[0])
-    runner.vm.set_instrument(None)
-    runner.kv_cache.remove_sequence(seq)
+    try:
+        work()
+    finally:
+        runner.vm.set_instrument(None)
+    return totals
+
+
+def per_symbol(totals: dict[str, list[float]], per: int) -> dict[str, Any]:
+    """`totals` per unit of work (`per` units ran): calls, CPU ms and share of CPU, largest
+    first."""
     whole = sum(cpu for _, cpu in totals.values())
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])
     return {
-        symbol: {"calls_per_step": n / steps, "cpu_ms": cpu / steps * 1e3, "share": cpu / whole}
+        symbol: {"calls_per_step": n / per, "cpu_ms": cpu / per * 1e3, "share": cpu / whole}
         for symbol, (n, cpu) in ranked
     }
+
+
+def kernel_shares(runner: Any, prompt: list[int], steps: int) -> dict[str, Any]:
+    """Per VM call symbol of `decode_single`: calls, CPU ms per step and share of CPU."""
+    seq = 1 << 20
+    runner.kv_cache.add_sequence(seq)
+    token = int(runner.prefill_logits([seq], [prompt]).argmax()[0])
+
+    def decode() -> None:
+        nonlocal token
+        for _ in range(steps):
+            token = int(runner.decode_logits([seq], [token]).argmax()[0])
+
+    totals = instrumented_calls(runner, decode)
+    runner.kv_cache.remove_sequence(seq)
+    return per_symbol(totals, steps)
 
 
 def summarize(repeats: list[dict[str, Any]]) -> dict[str, Any]:

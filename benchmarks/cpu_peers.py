@@ -6,17 +6,24 @@ once from the source vendored in the `llama-cpp-python==0.3.36` sdist (`pip down
 --no-binary`, cmake Release, -DGGML_NATIVE=ON) into a cache directory, then runs llama-bench
 and our model runner in turns (A B, B A, ... for several rounds), each in a fresh process, and
 writes every raw figure with the machine, its load average around each run and the versions.
+The comparison has parts (cpu_peer_parts.py: the default model's decode and prefill, an
+8,192-token prefill, a 0.5B model as F16 / Q8_0 / Q4_K_M, engine throughput with 16 requests
+in flight, peak RSS of a short generation), each selectable with `--tests` and each with a
+`--quick` variant; the engine and RSS parts define their figures in cpu_peer_engine.py and
+cpu_peer_rss.py.
 
-Definitions (both sides at the runner level: forward calls on token batches, no scheduler):
+Definitions (runner-level parts: forward calls on token batches, no scheduler):
   decode_b1_tok_s    N decode steps of one sequence after a 1-token prompt, N / seconds
                      (llama-bench `-n N`; ours: `decode` + the compiled argmax per step)
   prefill_P_tok_s    one P-token prompt into an empty cache, P / seconds (llama-bench `-p P`;
                      ours: one `prefill` call, logits of the last token)
-Each side runs every test once untimed, then `--repetitions` timed; a round's value is their
-median, the file's value the median over rounds, `ratio` = ours / llama.cpp per round.
+Each side runs every test once untimed (a part may turn that off on both sides: llama-bench
+`--no-warmup`; for the 8,192-token prompt, whose run takes minutes, a first-call cost is
+noise), then `--repetitions` timed; a round's value is their median, the file's value the
+median over rounds, `ratio` = ours / llama.cpp per round.
 
-usage: python3 benchmarks/cpu_peers.py [--gguf FILE] [--prompts 512,2048] [--decode 64]
-           [--rounds 3] [--repetitions 3] [--cache DIR] [--out benchmarks/results/X.json]
+usage: python3 benchmarks/cpu_peers.py [--tests all|smollm2,prefill_8k,qwen_0_5b,engine,rss]
+           [--quick] [--gguf FILE] [--cache DIR] [--out benchmarks/results/X.json]
        python3 benchmarks/cpu_peers.py --build-only     (fetch and build llama.cpp, then stop)
 """
 
@@ -32,17 +39,33 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "peers"))
+# This checkout's vllm_tvm, not another install's, here and (PYTHONPATH) in every child.
+sys.path[1:1] = [str(HERE.parent), str(HERE / "peers")]
 
+import cpu_peer_engine  # noqa: E402
+import cpu_peer_models  # noqa: E402
+import cpu_peer_parts  # noqa: E402
+import cpu_peer_rss  # noqa: E402
+from cpu_peer_engine import compare, run_our_engine, run_peer_engine  # noqa: E402
+from cpu_peer_models import matrix_formats, prepare_models, tensor_types  # noqa: E402
+from cpu_peer_parts import DEFAULT_MODEL, RUNNER_PARTS, parse_tests, part_sizes  # noqa: E402
+from cpu_peer_rss import (  # noqa: E402
+    compile_artifact_untimed,
+    our_generate_command,
+    peak_rss,
+    peer_generate_command,
+    rss_ratio,
+)
 from run_llamacpp import parse_llama_bench  # noqa: E402
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
-TOOLS = ("llama-bench", "llama-batched-bench")
+TOOLS = ("llama-bench", "llama-batched-bench", "llama-quantize", "llama-completion")
 DEFAULT_CACHE = Path.home() / ".cache" / "vllm_tvm" / "cpu_peers"
 
 
@@ -118,6 +141,8 @@ def run_llamacpp(bin_dir: Path, gguf: Path, args: argparse.Namespace) -> dict[st
     threads = str(len(os.sched_getaffinity(0)))
     command = [str(bin_dir / "llama-bench"), "-m", str(gguf), "-t", threads, "-o", "json"]
     command += ["-p", args.prompts, "-n", str(args.decode), "-r", str(args.repetitions)]
+    if not getattr(args, "warmup", True):
+        command.append("--no-warmup")
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     tests = json.loads(done.stdout)
     result = parse_llama_bench(done.stdout)
@@ -138,6 +163,8 @@ def run_ours(
     command = [sys.executable, str(Path(__file__).resolve()), "--ours-child", "--gguf", str(gguf)]
     command += ["--prompts", args.prompts, "--decode", str(args.decode)]
     command += ["--repetitions", str(args.repetitions)]
+    if not getattr(args, "warmup", True):
+        command.append("--no-warmup")
     done = subprocess.run(
         command, capture_output=True, text=True, env={**os.environ, **(env or {})}
     )
@@ -192,33 +219,46 @@ def measure_ours(gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
         runner.kv_cache.remove_sequence(seq)
         return seconds
 
-    figures: dict[str, Any] = {"threads": runner.cpu_threads, "raw": {}}
+    artifact = {
+        "dtype": runner.manifest.dtype,
+        "matrix_formats": matrix_formats(runner.manifest.params),
+    }
+    figures: dict[str, Any] = {"threads": runner.cpu_threads, "artifact": artifact, "raw": {}}
     tests = [("decode_b1", args.decode, decode_seconds)]
     tests += [(f"prefill_{p}", p, lambda p=p: prefill_seconds(p)) for p in prompts]
     for name, count, timed in tests:
-        timed()  # untimed warm-up, as llama-bench does per test
+        if args.warmup:
+            timed()  # untimed warm-up, as llama-bench does per test
         seconds = [timed() for _ in range(args.repetitions)]
         figures[f"{name}_tok_s"] = count / statistics.median(seconds)
         figures["raw"][f"{name}_s"] = seconds
     return figures
 
 
-def _round(bin_dir: Path, gguf: Path, args: argparse.Namespace, index: int) -> dict[str, Any]:
-    order = ["llama.cpp", "vllm-tvm"] if index % 2 == 0 else ["vllm-tvm", "llama.cpp"]
+def interleaved(
+    sides: dict[str, Callable[[], dict[str, Any]]],
+    ratios: Callable[[dict[str, Any], dict[str, Any]], dict[str, float]],
+    index: int,
+) -> dict[str, Any]:
+    """One round: each side's measurement (llama.cpp first in even rounds, ours first in odd
+    ones) with its wall time and the load average around it, then `ratios(ours, theirs)`."""
+    order = list(sides) if index % 2 == 0 else list(reversed(sides))
     record: dict[str, Any] = {"order": order}
     for side in order:
         load_before = os.getloadavg()
         start = time.time()
-        record[side] = run_llamacpp(bin_dir, gguf, args) if side == "llama.cpp" else None
-        if side == "vllm-tvm":
-            record[side] = run_ours(gguf, args)
+        record[side] = sides[side]()
         record[side]["wall_s"] = time.time() - start
         record[side]["load_average_before"] = load_before
         record[side]["load_average_after"] = os.getloadavg()
-    metrics = [key for key in record["vllm-tvm"] if key.endswith("_tok_s")]
-    record["ratio"] = {key: record["vllm-tvm"][key] / record["llama.cpp"][key] for key in metrics}
-    print(f"round {index}: " + json.dumps(record["ratio"]), flush=True)
+    record["ratio"] = ratios(record["vllm-tvm"], record["llama.cpp"])
+    print(f"  round {index}: " + json.dumps(record["ratio"]), flush=True)
     return record
+
+
+def speed_ratios(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, float]:
+    """ours / llama.cpp's for every runner-level figure (`*_tok_s`, same definition)."""
+    return {key: ours[key] / peer[key] for key in ours if key.endswith("_tok_s")}
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -235,41 +275,119 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def part_rounds(part: str, sizes: dict[str, Any], bin_dir: Path, gguf: Path) -> list[dict]:
+    """The interleaved rounds of one part on one model file."""
+    if part in RUNNER_PARTS:
+        args = argparse.Namespace(
+            prompts=sizes["prompts"],
+            decode=sizes["decode"],
+            repetitions=sizes["repetitions"],
+            warmup=sizes["warmup"],
+        )
+        sides = {
+            "llama.cpp": lambda: run_llamacpp(bin_dir, gguf, args),
+            "vllm-tvm": lambda: run_ours(gguf, args),
+        }
+        return [interleaved(sides, speed_ratios, i) for i in range(sizes["rounds"])]
+    if part == "engine":
+        lengths = (sizes["prompt"], sizes["output"], sizes["width"])
+        sides = {
+            "llama.cpp": lambda: run_peer_engine(bin_dir, gguf, *lengths),
+            "vllm-tvm": lambda: run_our_engine(gguf, *lengths),
+        }
+        return [interleaved(sides, compare, i) for i in range(sizes["rounds"])]
+    assert part == "rss", part
+    compile_artifact_untimed(gguf, sizes["tokens"], sizes["context"])
+    sides = {
+        "llama.cpp": lambda: peak_rss(
+            peer_generate_command(bin_dir, gguf, sizes["tokens"], sizes["context"])
+        ),
+        "vllm-tvm": lambda: peak_rss(our_generate_command(gguf, sizes["tokens"], sizes["context"])),
+    }
+    return [interleaved(sides, rss_ratio, i) for i in range(sizes["rounds"])]
+
+
+def run_matrix(args: argparse.Namespace, bin_dir: Path) -> dict[str, Any]:
+    """Every selected part on each of its models: settings, tensor types, summary, rounds."""
+    parts = parse_tests(args.tests)
+    sizes = {part: part_sizes(part, args.quick) for part in parts}
+    kinds = {model for part in parts for model in sizes[part]["models"]}
+    files = {DEFAULT_MODEL: args.gguf or default_gguf()}  # and the 0.5B files the parts use
+    others = tuple(sorted(kinds - {DEFAULT_MODEL}))
+    files |= prepare_models(args.cache, bin_dir, others) if others else {}
+    results: dict[str, Any] = {}
+    for part in parts:
+        results[part] = {"sizes": sizes[part], "models": {}}
+        for model in sizes[part]["models"]:
+            print(f"{part} on {model}", flush=True)
+            types = tensor_types(files[model])
+            rounds = part_rounds(part, sizes[part], bin_dir, files[model])
+            results[part]["models"][model] = {
+                "file": files[model].name,
+                "tensor_types": types,
+                "summary": summarize(rounds),
+                "rounds": rounds,
+            }
+    return results
+
+
+def llamacpp_commit(parts: dict[str, Any]) -> str | None:
+    """llama.cpp's build commit as llama-bench reported it (runner-level parts only)."""
+    for part in RUNNER_PARTS:
+        for result in parts.get(part, {}).get("models", {}).values():
+            return result["rounds"][0]["llama.cpp"]["build_commit"]
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tests", default="smollm2", help="comma-separated parts, or all")
+    parser.add_argument("--quick", action="store_true", help="the parts' quick sizes")
     parser.add_argument("--gguf", type=Path, default=None, help="default: the embedded model")
-    parser.add_argument("--prompts", default="512,2048", help="prefill lengths, comma-separated")
-    parser.add_argument("--decode", type=int, default=64, help="decode steps per repetition")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--ours-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false", help=argparse.SUPPRESS)
+    for child_only in ("--prompts", "--decode", "--repetitions"):
+        parser.add_argument(child_only, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    gguf = args.gguf or default_gguf()
     if args.ours_child:
-        print(json.dumps(measure_ours(gguf, args)))
+        args.decode, args.repetitions = int(args.decode), int(args.repetitions)
+        print(json.dumps(measure_ours(args.gguf or default_gguf(), args)))
         return 0
+    parse_tests(args.tests)  # refuse an unknown part before building anything
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])
+    )
     bin_dir = build_llamacpp(args.cache)
     if args.build_only:
         print(bin_dir)
         return 0
-    rounds = [_round(bin_dir, gguf, args, index) for index in range(args.rounds)]
+    started = time.time()
+    parts = run_matrix(args, bin_dir)
+    date = datetime.now(timezone.utc).isoformat(timespec="seconds")
     report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "definitions": __doc__.split("Definitions ")[1].split("\n\nusage:")[0],
-        "model": gguf.name,
+        "date": date,
+        "wall_s": time.time() - started,
+        "definitions": {
+            "runner": __doc__.split("Definitions ")[1].split("\n\nusage:")[0],
+            "parts": cpu_peer_parts.__doc__,
+            "0.5B model": cpu_peer_models.__doc__,
+            "engine": cpu_peer_engine.__doc__,
+            "rss": cpu_peer_rss.__doc__,
+        },
         "machine": machine(),
-        "versions": versions() | {"llama.cpp_build_commit": rounds[0]["llama.cpp"]["build_commit"]},
-        "settings": {k: v for k, v in vars(args).items() if k not in ("ours_child", "build_only")},
-        "summary": summarize(rounds),
-        "rounds": rounds,
+        "versions": versions() | {"llama.cpp_build_commit": llamacpp_commit(parts)},
+        "settings": {k: str(v) for k, v in vars(args).items() if k in ("tests", "quick", "gguf")},
+        "parts": parts,
     }
-    out = args.out or HERE / "results" / f"cpu_peers_{report['date'][:10]}.json"
+    out = args.out or HERE / "results" / f"cpu_peers_{date[:10]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    print(json.dumps(report["summary"], indent=1))
-    print(f"wrote {out}")
+    summaries = {p: {m: r["summary"] for m, r in v["models"].items()} for p, v in parts.items()}
+    print(json.dumps(summaries, indent=1))
+    print(f"wrote {out} ({report['wall_s']:.0f} s)")
     return 0
 
 

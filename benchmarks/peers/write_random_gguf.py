@@ -30,17 +30,20 @@ TOKEN_TYPE_CONTROL = 3
 LLAMA3_FIRST_SPECIAL = 128000
 
 
-def tensor_shapes(shape: LlamaShape) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(
+    shape: LlamaShape, tied_embeddings: bool = False, rope_freqs: bool = True
+) -> dict[str, tuple[int, ...]]:
     """GGUF tensor names of a llama model and their numpy shapes ([out, in] for matrices).
 
-    GGUF stores dimensions reversed (ne[0] = in), which the gguf writer does itself.
+    GGUF stores dimensions reversed (ne[0] = in), which the gguf writer does itself. With
+    `tied_embeddings` there is no `output.weight` (llama.cpp then reads `token_embd.weight`);
+    without `rope_freqs` the file has plain RoPE (no llama3 scaling tensor).
     """
     h, kv = shape.hidden_size, shape.num_key_value_heads * shape.head_dim
     q = shape.num_attention_heads * shape.head_dim
-    shapes: dict[str, tuple[int, ...]] = {
-        "token_embd.weight": (shape.vocab_size, h),
-        "rope_freqs.weight": (shape.head_dim // 2,),
-    }
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (shape.vocab_size, h)}
+    if rope_freqs:
+        shapes["rope_freqs.weight"] = (shape.head_dim // 2,)
     for i in range(shape.num_hidden_layers):
         shapes |= {
             f"blk.{i}.attn_norm.weight": (h,),
@@ -53,7 +56,9 @@ def tensor_shapes(shape: LlamaShape) -> dict[str, tuple[int, ...]]:
             f"blk.{i}.ffn_up.weight": (shape.intermediate_size, h),
             f"blk.{i}.ffn_down.weight": (h, shape.intermediate_size),
         }
-    shapes |= {"output_norm.weight": (h,), "output.weight": (shape.vocab_size, h)}
+    shapes["output_norm.weight"] = (h,)
+    if not tied_embeddings:
+        shapes["output.weight"] = (shape.vocab_size, h)
     return shapes
 
 
@@ -115,15 +120,23 @@ def partial_path(path: Path) -> Path:
     return path.with_name(path.name + ".partial")
 
 
-def write_random_gguf(path: Path, shape: LlamaShape = LLAMA_31_8B, seed: int = 0) -> dict:
-    """Write the GGUF (atomically: `path` appears only once complete).
+def write_random_gguf(
+    path: Path,
+    shape: LlamaShape = LLAMA_31_8B,
+    seed: int = 0,
+    name: str = "random Llama-3.1-8B shape (vllm-tvm peers)",
+    tied_embeddings: bool = False,
+    rope_freqs: bool = True,
+) -> dict:
+    """Write the GGUF (atomically: `path` appears only once complete); `tied_embeddings` and
+    `rope_freqs` as in `tensor_shapes`.
 
     Returns {"bytes", "tensors", "seconds"}.
     """
     import gguf
 
     start = time.perf_counter()
-    shapes = tensor_shapes(shape)
+    shapes = tensor_shapes(shape, tied_embeddings, rope_freqs)
     largest = max(math.prod(s) for s in shapes.values())
     rng = np.random.default_rng(seed)
     pool = (rng.standard_normal(largest, dtype=np.float32) * 0.02).astype(np.float16)
@@ -131,7 +144,7 @@ def write_random_gguf(path: Path, shape: LlamaShape = LLAMA_31_8B, seed: int = 0
 
     partial = partial_path(path)
     writer = gguf.GGUFWriter(str(partial), "llama")
-    writer.add_name("random Llama-3.1-8B shape (vllm-tvm peers)")
+    writer.add_name(name)
     writer.add_file_type(GGUF_FILE_TYPE_MOSTLY_F16)
     writer.add_context_length(shape.max_position_embeddings)
     writer.add_embedding_length(shape.hidden_size)
