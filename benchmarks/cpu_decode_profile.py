@@ -95,8 +95,8 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def kernel_shares(runner: Any, prompt: list[int], steps: int) -> dict[str, Any]:
-    """Per VM call symbol of `decode_single`: calls, CPU ms per step and share of CPU."""
+def vm_call_shares(runner: Any, forward: Callable[[], Any], calls: int) -> dict[str, Any]:
+    """Per VM call symbol over `calls` runs of `forward`: calls, CPU ms per run and share."""
     totals: dict[str, list[float]] = {}
     started: list[float] = []
 
@@ -109,20 +109,30 @@ def kernel_shares(runner: Any, prompt: list[int], steps: int) -> dict[str, Any]:
             entry[1] += time.process_time() - started[0]
         return 0
 
-    seq = 1 << 20
-    runner.kv_cache.add_sequence(seq)
-    token = int(runner.prefill_logits([seq], [prompt]).argmax()[0])
     runner.vm.set_instrument(instrument)
-    for _ in range(steps):
-        token = int(runner.decode_logits([seq], [token]).argmax()[0])
+    for _ in range(calls):
+        forward()
     runner.vm.set_instrument(None)
-    runner.kv_cache.remove_sequence(seq)
     whole = sum(cpu for _, cpu in totals.values())
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])
     return {
-        symbol: {"calls_per_step": n / steps, "cpu_ms": cpu / steps * 1e3, "share": cpu / whole}
+        symbol: {"calls_per_step": n / calls, "cpu_ms": cpu / calls * 1e3, "share": cpu / whole}
         for symbol, (n, cpu) in ranked
     }
+
+
+def kernel_shares(runner: Any, prompt: list[int], steps: int) -> dict[str, Any]:
+    """Per VM call symbol of `decode_single`: calls, CPU ms per step and share of CPU."""
+    seq = 1 << 20
+    runner.kv_cache.add_sequence(seq)
+    token = [int(runner.prefill_logits([seq], [prompt]).argmax()[0])]
+
+    def step() -> None:
+        token[0] = int(runner.decode_logits([seq], token).argmax()[0])
+
+    shares = vm_call_shares(runner, step, steps)
+    runner.kv_cache.remove_sequence(seq)
+    return shares
 
 
 def summarize(repeats: list[dict[str, Any]]) -> dict[str, Any]:

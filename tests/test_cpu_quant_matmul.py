@@ -17,6 +17,8 @@ from vllm_tvm.model_defs.quant_linear import QuantWeight
 from vllm_tvm.schedules.cpu_matmul import CPUNTMatmul
 from vllm_tvm.schedules.cpu_quant_matmul import (
     ROW_BLOCK,
+    TOKEN_BLOCK,
+    TOKEN_FEATURE_BLOCK,
     VECTOR,
     WIDE_VECTOR,
     CPUQuantNTMatmul,
@@ -156,13 +158,14 @@ def test_register_blocked_rows_equal_the_unscheduled_lowering(
 ) -> None:
     """A symbolic row count (verify, prefill) run at 1, 2, 5 and 7 rows (padded to the
     3-row register block) and at 6 (two whole blocks), at this machine's vector width and
-    at AVX2's: the register-blocked products equal the unscheduled lowering and the
-    one-row-at-a-time tile path within fp32 reordering, so the padded rows never reach
-    the output."""
+    at AVX2's: the default register-blocked products (TOKEN_BLOCK x TOKEN_FEATURE_BLOCK)
+    and the one-row-at-a-time tile path equal the unscheduled lowering within fp32
+    reordering, so the padded rows never reach the output."""
     target = resolve_target("llvm").make_target()
     if mcpu is not None:
         target = Target({"kind": "llvm", "mcpu": mcpu})
     default = shape_for(target, packed=fmt_name != "q8_0")
+    assert (default.token_block, default.token_feature_block) == (TOKEN_BLOCK, TOKEN_FEATURE_BLOCK)
     per_row = QuantMatmulShape(default.vector, default.row_block, 1, 1)
     # Each from a module of its own: the pass schedules its input module in place.
     unscheduled = _symbolic_rows_module(fmt_name, 48)
@@ -179,3 +182,18 @@ def test_register_blocked_rows_equal_the_unscheduled_lowering(
     for arm in (blocked, one_at_a_time):
         for got, want in zip(_run_each(arm, target, inputs), expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_partial_sums_are_not_a_workspace_buffer() -> None:
+    """The partial sums keep the default scope, which TVM lowers to a stack array on CPU: a
+    "local" buffer is a workspace allocation that LLVM, in a model's library, must assume
+    aliases the activations (every partial sum then goes to memory after each FMA)."""
+    target = resolve_target("llvm").make_target()
+    for module in (
+        tvm.IRModule({"main": _function("q4_1", 1, 48)}),
+        _symbolic_rows_module("q4_1", 48),
+    ):
+        with target:
+            scheduled = dl.ApplyDefaultSchedule(CPUQuantNTMatmul())(module)
+        assert "nt_matmul_acc_rf" in scheduled.script()
+        assert 'scope="local"' not in scheduled.script()

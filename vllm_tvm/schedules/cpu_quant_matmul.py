@@ -18,13 +18,13 @@ quantized is meant to avoid. Here, per parallel task of FEATURE_BLOCK output fea
 - for a single row over 4-bit words, ROW_BLOCK features advance together over k, so each
   activation vector loaded serves ROW_BLOCK weight rows (register blocking); int8 weights
   (Q8_0, FP8), whose product is bound by the weight stream, keep one feature at a time;
-- for several rows (speculative verify, prefill), TOKEN_BLOCK token rows x
+- for several rows (speculative verify, prefill, batched decode), TOKEN_BLOCK token rows x
   TOKEN_FEATURE_BLOCK features advance together over k from the tile: each tile vector
   loaded serves TOKEN_BLOCK rows and each activation vector TOKEN_FEATURE_BLOCK features,
-  their partial sums all in registers, one vector per output (the block's outputs are the
-  independent accumulators), so the sums are taken in another order than the per-row
-  path's (outputs within ~1e-6 relative of it). The row count, symbolic there, is padded
-  to a multiple of TOKEN_BLOCK (see `_pad_token_rows`).
+  their partial sums in registers, one vector per output (the block's outputs are the
+  independent accumulators), so the sums are taken in another order than the one-row-at-a-
+  time path's (token_block 1; outputs within ~1e-6 relative of it). The row count, symbolic
+  there, is padded to a multiple of TOKEN_BLOCK (see `_pad_token_rows`).
 
 Products whose output features are not a whole number of FEATURE_BLOCK blocks are left to
 the plain rule (see `_whole_feature_blocks`).
@@ -67,10 +67,10 @@ BLOCK_VALUES = 32
 
 
 TOKEN_BLOCK = 3
-"""Token rows whose dot products advance together in the several-row path."""
+"""Token rows whose dot products advance together in the several-row register block."""
 
 TOKEN_FEATURE_BLOCK = 4
-"""Output features whose dot products advance together in the several-row path."""
+"""Output features whose dot products advance together in that register block."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _schedule(
         order.insert(1, rows)
     sch.reorder(*order)
 
-    # Partial sums over lanes, kept in a local buffer whose last axis is the lane (so that a
+    # Partial sums over lanes, kept in a small buffer whose last axis is the lane (so that a
     # block of features' lanes are contiguous vectors).
     output_rank = len(sch.get(block).writes[0].region)
     partial = sch.rfactor(k_lane, factor_axis=output_rank)
@@ -205,7 +205,12 @@ def _schedule(
         sch.compute_at(partial, final_loops[-2])
         *_, lane, k_step = sch.get_loops(partial)
         sch.reorder(k_step, lane)
-    sch.set_scope(partial, 0, "local")
+    # The partial sums keep the default ("global") scope: under TVM's 1 KiB limit, a global
+    # buffer on CPU becomes a stack array, which LLVM keeps in registers. A "local" one is a
+    # workspace allocation that, in a model's library (where every buffer shares one alias
+    # tag), LLVM must assume aliases the activations: it then stores every partial sum after
+    # each FMA and reloads its operands (measured 1.35x slower decode GEMVs, 1.7x slower at
+    # 5 rows; docs/BENCHMARKS.md, "Several token rows").
     accumulators, vector = sch.split(lane, [lanes // shape.vector, shape.vector])
     sch.vectorize(vector)
     sch.unroll(accumulators)
