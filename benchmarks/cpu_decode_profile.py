@@ -132,6 +132,16 @@ def per_symbol(totals: dict[str, list[float]], per: int) -> dict[str, Any]:
     }
 
 
+def vm_call_shares(runner: Any, forward: Callable[[], Any], calls: int) -> dict[str, Any]:
+    """Per VM call symbol over `calls` runs of `forward`: calls, CPU ms per run and share."""
+
+    def work() -> None:
+        for _ in range(calls):
+            forward()
+
+    return per_symbol(instrumented_calls(runner, work), calls)
+
+
 def kernel_shares(runner: Any, prompt: list[int], steps: int) -> dict[str, Any]:
     """Per VM call symbol of `decode_single`: calls, CPU ms per step and share of CPU."""
     seq = 1 << 20

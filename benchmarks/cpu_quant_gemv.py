@@ -49,10 +49,13 @@ def variants() -> dict[str, Any]:
     }
 
 
-def build(fmt_name: str, out_features: int, in_features: int, shape: Any) -> Any:
-    """The compiled single-row product for this machine, scheduled with `shape`."""
+def build(
+    fmt_name: str, out_features: int, in_features: int, shape: Any, rows: int | None = 1
+) -> Any:
+    """The compiled product for this machine, scheduled with `shape`: of one token row, or
+    of any number of them (`rows` None: a symbolic row count, as prefill and verify run)."""
     import tvm
-    from tvm import te
+    from tvm import te, tirx
     from tvm.s_tir import dlight as dl
 
     from vllm_tvm.checkpoints.weight_formats import quant_format
@@ -63,7 +66,8 @@ def build(fmt_name: str, out_features: int, in_features: int, shape: Any) -> Any
 
     fmt = quant_format(fmt_name)
     weight = QuantWeight(fmt, (out_features, in_features))
-    x = te.placeholder((1, 1, in_features), "float32", name="x")
+    row_count = tirx.Var("seq_len", "int64") if rows is None else rows
+    x = te.placeholder((1, row_count, in_features), "float32", name="x")
     planes = [
         te.placeholder(fmt.plane_shape(p, (out_features, in_features)), p.dtype, name=p.name)
         for p in fmt.planes
@@ -76,7 +80,9 @@ def build(fmt_name: str, out_features: int, in_features: int, shape: Any) -> Any
     return tvm.compile(mod, target=target)["gemv"]
 
 
-def arguments(fmt_name: str, out_features: int, in_features: int, seed: int) -> list[Any]:
+def arguments(
+    fmt_name: str, out_features: int, in_features: int, seed: int, rows: int = 1
+) -> list[Any]:
     """Random activations and planes (scales drawn small, so sums stay well scaled)."""
     import tvm
 
@@ -84,7 +90,7 @@ def arguments(fmt_name: str, out_features: int, in_features: int, seed: int) -> 
 
     fmt = quant_format(fmt_name)
     rng = np.random.default_rng(seed)
-    arrays = [rng.standard_normal((1, 1, in_features), dtype=np.float32)]
+    arrays = [rng.standard_normal((1, rows, in_features), dtype=np.float32)]
     for plane in fmt.planes:
         shape = fmt.plane_shape(plane, (out_features, in_features))
         if plane.dtype == "uint32":
@@ -93,7 +99,7 @@ def arguments(fmt_name: str, out_features: int, in_features: int, seed: int) -> 
             arrays.append(rng.integers(-128, 128, size=shape, dtype=np.int8))
         else:
             arrays.append((rng.random(shape) * 0.01).astype(plane.dtype))
-    arrays.append(np.zeros((1, 1, out_features), np.float32))
+    arrays.append(np.zeros((1, rows, out_features), np.float32))
     return [tvm.runtime.tensor(a, tvm.cpu()) for a in arrays]
 
 

@@ -17,6 +17,8 @@ from vllm_tvm.model_defs.quant_linear import QuantWeight
 from vllm_tvm.schedules.cpu_matmul import CPUNTMatmul
 from vllm_tvm.schedules.cpu_quant_matmul import (
     ROW_BLOCK,
+    TOKEN_BLOCK,
+    TOKEN_FEATURE_BLOCK,
     VECTOR,
     WIDE_VECTOR,
     CPUQuantNTMatmul,
@@ -84,7 +86,11 @@ def _check_against_unscheduled(
     target = resolve_target("llvm").make_target()
     module = tvm.IRModule({"main": _function(fmt_name, rows, features)})
     with target:
-        scheduled = dl.ApplyDefaultSchedule(*rules)(module)
+        # A module of its own: the pass schedules its input module in place.
+        scheduled = dl.ApplyDefaultSchedule(*rules)(
+            tvm.IRModule({"main": _function(fmt_name, rows, features)})
+        )
+    assert "nt_matmul_acc_rf" not in module.script()
     arrays = _inputs(fmt_name, rows, features)
     expected = _run(module, target, arrays)
     got = _run(scheduled, target, arrays)
@@ -115,3 +121,79 @@ def test_several_rows_of_a_partial_block_equal_the_unscheduled_lowering() -> Non
     """40 features of Q8_0 over 3 token rows (a latent-attention projection's shape): the
     rows after the first were wrong before partial blocks were declined."""
     _check_against_unscheduled("q8_0", 3, 40, CPUQuantNTMatmul(), CPUNTMatmul())
+
+
+def _symbolic_rows_module(fmt_name: str, features: int) -> tvm.IRModule:
+    fmt = quant_format(fmt_name)
+    weight = QuantWeight(fmt, (features, IN_FEATURES))
+    rows = tvm.tirx.Var("seq_len", "int64")
+    x = te.placeholder((1, rows, IN_FEATURES), "float32", name="x")
+    planes = [
+        te.placeholder(fmt.plane_shape(p, (features, IN_FEATURES)), p.dtype, name=p.name)
+        for p in fmt.planes
+    ]
+    y = _nt_matmul(x, weight._dequantize(planes), "float32")
+    func = te.create_prim_func([x, *planes, y]).with_attr("global_symbol", "main")
+    return tvm.IRModule({"main": func})
+
+
+def _run_each(module: tvm.IRModule, target: Target, inputs: list[list[np.ndarray]]) -> list:
+    """`module` compiled once, run on each set of arrays (rows vary: a symbolic row count)."""
+    kernel = tvm.compile(module, target=target)["main"]
+    outputs = []
+    for arrays in inputs:
+        args = [tvm.runtime.tensor(a, tvm.cpu()) for a in arrays]
+        rows, features = arrays[0].shape[1], arrays[1].shape[0]
+        out = tvm.runtime.tensor(np.zeros((1, rows, features), np.float32), tvm.cpu())
+        kernel(*args, out)
+        outputs.append(out.numpy())
+    return outputs
+
+
+@pytest.mark.parametrize(
+    ("fmt_name", "mcpu"), [("q4_1", None), ("q8_0", None), ("q4_1", "haswell")]
+)
+def test_register_blocked_rows_equal_the_unscheduled_lowering(
+    fmt_name: str, mcpu: str | None
+) -> None:
+    """A symbolic row count (verify, prefill) run at 1, 2, 5 and 7 rows (padded to the
+    3-row register block) and at 6 (two whole blocks), at this machine's vector width and
+    at AVX2's: the default register-blocked products (TOKEN_BLOCK x TOKEN_FEATURE_BLOCK)
+    and the one-row-at-a-time tile path equal the unscheduled lowering within fp32
+    reordering, so the padded rows never reach the output."""
+    target = resolve_target("llvm").make_target()
+    if mcpu is not None:
+        target = Target({"kind": "llvm", "mcpu": mcpu})
+    default = shape_for(target, packed=fmt_name != "q8_0")
+    assert (default.token_block, default.token_feature_block) == (TOKEN_BLOCK, TOKEN_FEATURE_BLOCK)
+    per_row = QuantMatmulShape(default.vector, default.row_block, 1, 1)
+    # Each from a module of its own: the pass schedules its input module in place.
+    unscheduled = _symbolic_rows_module(fmt_name, 48)
+    with target:
+        blocked = dl.ApplyDefaultSchedule(CPUQuantNTMatmul())(_symbolic_rows_module(fmt_name, 48))
+        one_at_a_time = dl.ApplyDefaultSchedule(CPUQuantNTMatmul(per_row))(
+            _symbolic_rows_module(fmt_name, 48)
+        )
+    assert "x_pad" not in unscheduled.script()
+    assert "x_pad" in blocked.script()
+    assert "x_pad" not in one_at_a_time.script()
+    inputs = [_inputs(fmt_name, rows, 48) for rows in (1, 2, 5, 6, 7)]
+    expected = _run_each(unscheduled, target, inputs)
+    for arm in (blocked, one_at_a_time):
+        for got, want in zip(_run_each(arm, target, inputs), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_partial_sums_are_not_a_workspace_buffer() -> None:
+    """The partial sums keep the default scope, which TVM lowers to a stack array on CPU: a
+    "local" buffer is a workspace allocation that LLVM, in a model's library, must assume
+    aliases the activations (every partial sum then goes to memory after each FMA)."""
+    target = resolve_target("llvm").make_target()
+    for module in (
+        tvm.IRModule({"main": _function("q4_1", 1, 48)}),
+        _symbolic_rows_module("q4_1", 48),
+    ):
+        with target:
+            scheduled = dl.ApplyDefaultSchedule(CPUQuantNTMatmul())(module)
+        assert "nt_matmul_acc_rf" in scheduled.script()
+        assert 'scope="local"' not in scheduled.script()

@@ -17,7 +17,14 @@ quantized is meant to avoid. Here, per parallel task of FEATURE_BLOCK output fea
   sum per output;
 - for a single row over 4-bit words, ROW_BLOCK features advance together over k, so each
   activation vector loaded serves ROW_BLOCK weight rows (register blocking); int8 weights
-  (Q8_0, FP8), whose product is bound by the weight stream, keep one feature at a time.
+  (Q8_0, FP8), whose product is bound by the weight stream, keep one feature at a time;
+- for several rows (speculative verify, prefill, batched decode), TOKEN_BLOCK token rows x
+  TOKEN_FEATURE_BLOCK features advance together over k from the tile: each tile vector
+  loaded serves TOKEN_BLOCK rows and each activation vector TOKEN_FEATURE_BLOCK features,
+  their partial sums in registers, one vector per output (the block's outputs are the
+  independent accumulators), so the sums are taken in another order than the one-row-at-a-
+  time path's (token_block 1; outputs within ~1e-6 relative of it). The row count, symbolic
+  there, is padded to a multiple of TOKEN_BLOCK (see `_pad_token_rows`).
 
 Products whose output features are not a whole number of FEATURE_BLOCK blocks are left to
 the plain rule (see `_whole_feature_blocks`).
@@ -59,13 +66,23 @@ BLOCK_VALUES = 32
 """Values per quantization block (one set of scales) in every fused format."""
 
 
+TOKEN_BLOCK = 3
+"""Token rows whose dot products advance together in the several-row register block."""
+
+TOKEN_FEATURE_BLOCK = 4
+"""Output features whose dot products advance together in that register block."""
+
+
 @dataclass(frozen=True)
 class QuantMatmulShape:
-    """The register-level choices of the schedule: fp32 lanes per vector and output
-    features per register block of the single-row path."""
+    """The register-level choices of the schedule: fp32 lanes per vector, output features
+    per register block of the single-row path, and the token rows x output features of a
+    register block of the several-row path."""
 
     vector: int = VECTOR
     row_block: int = ROW_BLOCK
+    token_block: int = TOKEN_BLOCK
+    token_feature_block: int = TOKEN_FEATURE_BLOCK
 
 
 def shape_for(target: Target, packed: bool) -> QuantMatmulShape:
@@ -118,6 +135,20 @@ def _is_single_row(sch: s_tir.Schedule, row_loops: list[s_tir.schedule.LoopRV]) 
     return all(isinstance(e, tirx.IntImm) and int(e) == 1 for e in extents)
 
 
+def _pad_token_rows(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV, token_block: int) -> None:
+    """Pads the token rows to a multiple of `token_block` (zero activations in, the padded
+    rows' outputs dropped), so that a register block never straddles the last row: with a
+    bound check inside the block, LLVM keeps the partial sums in memory, not in registers."""
+    *row_loops, _, _ = sch.get_loops(block)
+    extents = [sch.get(loop).extent for loop in row_loops]
+    last = max(i for i, e in enumerate(extents) if not (isinstance(e, tirx.IntImm) and int(e) == 1))
+    if isinstance(extents[last], tirx.IntImm) and int(extents[last]) % token_block == 0:
+        return
+    padding = [1] * (len(row_loops) + 2)
+    padding[last] = token_block
+    sch.pad_einsum(block, padding)
+
+
 def _schedule(
     sch: s_tir.Schedule,
     block: s_tir.schedule.SBlockRV,
@@ -128,16 +159,23 @@ def _schedule(
     single_row = _is_single_row(sch, spatial[:-1])
     if single_row:
         sch.compute_inline(dequantize)
+    elif shape.token_block > 1:
+        _pad_token_rows(sch, block, shape.token_block)
+        *spatial, reduce_loop = sch.get_loops(block)
     features = spatial[-1]
     rows = sch.fuse(*spatial[:-1]) if len(spatial) > 1 else None
     feature_outer, feature_inner = sch.split(features, [None, FEATURE_BLOCK])
-    k_outer, k_lane = sch.split(reduce_loop, [None, LANES])
+    token_blocked = not single_row and shape.token_block * shape.token_feature_block > 1
+    # A register block of several rows has independent accumulators enough to hide the FMA
+    # latency with one vector per output, which halves the horizontal sums after the loop.
+    lanes = shape.vector if token_blocked else LANES
+    k_outer, k_lane = sch.split(reduce_loop, [None, lanes])
     order = [feature_outer, feature_inner, k_outer, k_lane]
     if rows is not None:
         order.insert(1, rows)
     sch.reorder(*order)
 
-    # Partial sums over lanes, kept in a local buffer whose last axis is the lane (so that a
+    # Partial sums over lanes, kept in a small buffer whose last axis is the lane (so that a
     # block of features' lanes are contiguous vectors).
     output_rank = len(sch.get(block).writes[0].region)
     partial = sch.rfactor(k_lane, factor_axis=output_rank)
@@ -150,12 +188,30 @@ def _schedule(
         *_, lane, row, k_step = sch.get_loops(partial)
         sch.reorder(k_step, row, lane)
         sch.unroll(row)
+    elif token_blocked:
+        # token_block rows x token_feature_block features advance together over k: each
+        # vector of the dequantized tile loaded serves token_block rows, each activation
+        # vector token_feature_block features.
+        _, rows, features, _ = final_loops
+        row_group, row_in_group = sch.split(rows, [None, shape.token_block])
+        group, feature_in_group = sch.split(features, [None, shape.token_feature_block])
+        sch.reorder(row_group, group, row_in_group, feature_in_group)
+        sch.compute_at(partial, group)
+        *_, lane, row, feature, k_step = sch.get_loops(partial)
+        sch.reorder(k_step, row, feature, lane)
+        sch.unroll(row)
+        sch.unroll(feature)
     else:
         sch.compute_at(partial, final_loops[-2])
         *_, lane, k_step = sch.get_loops(partial)
         sch.reorder(k_step, lane)
-    sch.set_scope(partial, 0, "local")
-    accumulators, vector = sch.split(lane, [LANES // shape.vector, shape.vector])
+    # The partial sums keep the default ("global") scope: under TVM's 1 KiB limit, a global
+    # buffer on CPU becomes a stack array, which LLVM keeps in registers. A "local" one is a
+    # workspace allocation that, in a model's library (where every buffer shares one alias
+    # tag), LLVM must assume aliases the activations: it then stores every partial sum after
+    # each FMA and reloads its operands (measured 1.35x slower decode GEMVs, 1.7x slower at
+    # 5 rows; docs/BENCHMARKS.md, "Several token rows").
+    accumulators, vector = sch.split(lane, [lanes // shape.vector, shape.vector])
     sch.vectorize(vector)
     sch.unroll(accumulators)
 
