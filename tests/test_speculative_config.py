@@ -39,7 +39,7 @@ def test_a_model_without_a_method_is_a_draft_model() -> None:
     ("value", "message"),
     [
         ({"method": "medusa", "num_speculative_tokens": 2}, "unknown speculative method 'medusa'"),
-        ({"method": "eagle", "model": "h", "num_speculative_tokens": 2}, "'eagle' is not impl"),
+        ({"method": "eagle", "num_speculative_tokens": 2}, "needs the EAGLE head's 'model'"),
         ({"method": "eagle3", "model": "h", "num_speculative_tokens": 2}, "'eagle3' is not impl"),
         ({"method": "mtp", "num_speculative_tokens": 1}, "'mtp' is not implemented"),
         ({"method": "draft_model", "num_speculative_tokens": 2}, "needs the draft's 'model'"),

@@ -32,3 +32,6 @@ class CompileRequest:
     tensor_parallel_shards: int = 1
     """Ranks the network is split over (model_defs/tensor_parallel.py): one artifact serves
     every rank."""
+    speculative_role: str | None = None
+    """What a speculative method needs built besides the plain model (artifacts/
+    speculative_roles.py); None: the plain model."""

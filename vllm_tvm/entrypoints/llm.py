@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
+from vllm_tvm.artifacts.speculative_roles import EAGLE_HEAD, EAGLE_TARGET
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
@@ -24,6 +25,7 @@ from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput, generate_all
 from vllm_tvm.runtime.engine.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.speculative.config import MODEL_METHODS
 
 
 def resolve_artifact(
@@ -35,6 +37,7 @@ def resolve_artifact(
     quantization: str | None = None,
     target: str | None = None,
     tensor_parallel_size: int = 1,
+    speculative_role: str | None = None,
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format,
     quantization), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
@@ -42,9 +45,11 @@ def resolve_artifact(
     `quantization`: a group-quantization method for a float checkpoint's weights. `target`
     names another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's).
     `tensor_parallel_size` > 1: the artifact of the model split over that many ranks.
-    A resolution for this machine remembered unchanged (artifacts/resolution_memo.py) needs
-    no compiler import."""
-    if target is None:
+    `speculative_role`: a build a speculative method needs (artifacts/speculative_roles.py).
+    A plain resolution for this machine remembered unchanged (artifacts/resolution_memo.py)
+    needs no compiler import."""
+    remember = target is None and speculative_role is None
+    if remember:
         remembered = remembered_artifact(
             model, device, dtype, weight_format, quantization, tensor_parallel_size
         )
@@ -59,9 +64,10 @@ def resolve_artifact(
         weight_format,
         quantization=quantization,
         tensor_parallel_shards=tensor_parallel_size,
+        speculative_role=speculative_role,
     )
     artifact = compile_cached(request, show_progress)
-    if target is None:
+    if remember:
         remember_artifact(
             model, device, dtype, weight_format, artifact, quantization, tensor_parallel_size
         )
@@ -70,9 +76,10 @@ def resolve_artifact(
 
 def artifact_for(args: EngineArgs) -> Path:
     """The artifact of `args`: the given one, else the cached build for its model, device,
-    dtype and weight format (compiled on first use)."""
+    dtype and weight format (compiled on first use; with its hidden states for EAGLE)."""
     if args.artifact is not None:
         return Path(args.artifact)
+    spec = args.speculative_config
     return resolve_artifact(
         args.model,
         args.device,
@@ -81,15 +88,16 @@ def artifact_for(args: EngineArgs) -> Path:
         args.weight_format,
         args.quantization,
         tensor_parallel_size=args.tensor_parallel_size,
+        speculative_role=EAGLE_TARGET if spec is not None and spec.method == "eagle" else None,
     )
 
 
 def with_draft_artifact(args: EngineArgs) -> EngineArgs:
-    """`args` with a draft model's artifact resolved as the target's is (same device, dtype,
-    weight format and quantization; compiled on first use) when the speculative method is
-    `draft_model`; else `args` unchanged."""
+    """`args` with a draft model's or EAGLE head's artifact resolved as the target's is
+    (same device, dtype, weight format and quantization; compiled on first use) when the
+    speculative method is `draft_model` or `eagle`; else `args` unchanged."""
     spec = args.speculative_config
-    if spec is None or spec.method != "draft_model" or spec.draft_artifact is not None:
+    if spec is None or spec.method not in MODEL_METHODS or spec.draft_artifact is not None:
         return args
     assert spec.model is not None
     draft_model = resolve_model(spec.model)
@@ -100,6 +108,7 @@ def with_draft_artifact(args: EngineArgs) -> EngineArgs:
         args.show_progress,
         args.weight_format,
         args.quantization,
+        speculative_role=EAGLE_HEAD if spec.method == "eagle" else None,
     )
     draft_spec = replace(spec, model=str(draft_model), draft_artifact=str(draft))
     return replace(args, speculative_config=draft_spec)

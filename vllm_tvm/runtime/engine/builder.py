@@ -28,6 +28,7 @@ from vllm_tvm.runtime.kv.cache_config import (
 )
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.speculative.draft_runner import load_draft_runner
+from vllm_tvm.runtime.speculative.eagle_runner import load_eagle_head
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
 from vllm_tvm.runtime.weights.load_format import DUMMY
 
@@ -146,6 +147,15 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
             cache_config.num_tokens,
             args.show_progress,
             _dummy_params(args, spec.draft_artifact),
+        )
+    if spec is not None and spec.method == "eagle":
+        draft_runner = load_eagle_head(
+            spec,
+            runner,
+            args.device,
+            args.max_num_seqs,
+            cache_config.num_tokens,
+            args.show_progress,
         )
     return EngineParts(
         runner=runner,

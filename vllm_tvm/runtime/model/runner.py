@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
+from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION
 from vllm_tvm.kernels import load_artifact_extensions
 from vllm_tvm.runtime.devices import DEVICES, target_kind_for
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
@@ -175,9 +176,13 @@ class ModelRunner:
         self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
         self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
 
-    def _embed_tokens(self, token_ids: Sequence[int]) -> Any:
-        ids = self._tvm.runtime.tensor(np.asarray(token_ids, dtype=np.int32), self.device)
-        return self._embed(ids, self.params)
+    def embed_tokens(self, token_ids: Sequence[int]) -> Any:
+        """The embeddings [n, hidden] of `token_ids`, on the device."""
+        return self._embed(self.to_device(np.asarray(token_ids, dtype=np.int32)), self.params)
+
+    def to_device(self, array: np.ndarray) -> Any:
+        """`array` copied to the runner's device."""
+        return self._tvm.runtime.tensor(array, self.device)
 
     def _device_logits(self, logits: Any, rows: int) -> DeviceLogits:
         return DeviceLogits(
@@ -230,17 +235,38 @@ class ModelRunner:
         forward = self._prefill
         if self._extend is not None and any(self.kv_cache.sequence_length(s) for s in seq_ids):
             forward = self._extend
-        hidden = self._embed_tokens(flat)._create_view((1, total, self.hidden_size))
-        positions_on_device = self._tvm.runtime.tensor(positions, self.device)
+        hidden = self.embed_tokens(flat)._create_view((1, total, self.hidden_size))
+        positions_on_device = self.to_device(positions)
         self.kv_cache.begin_forward(seq_ids, lengths)
         logits, _ = forward(hidden, positions_on_device, self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
         return self._device_logits(logits, len(positions))
 
+    def prefill_with_hidden(
+        self,
+        seq_ids: Sequence[int],
+        chunks: Sequence[Sequence[int]],
+        logit_positions: Sequence[int] | None = None,
+    ) -> tuple[DeviceLogits, np.ndarray]:
+        """`prefill_logits` through the artifact's HIDDEN_STATES_FUNCTION, and the final-norm
+        hidden states of every token of the chunks [total, hidden] on the host."""
+        if HIDDEN_STATES_FUNCTION not in self.manifest.functions:
+            raise ArtifactError(
+                f"the artifact has no {HIDDEN_STATES_FUNCTION!r}: build it for EAGLE drafting"
+            )
+        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
+        embeddings = self.embed_tokens(flat)._create_view((1, len(flat), self.hidden_size))
+        self.kv_cache.begin_forward(seq_ids, lengths)
+        logits, hidden, _ = self.vm[HIDDEN_STATES_FUNCTION](
+            embeddings, self.to_device(positions), self.kv_cache.handle, self.params
+        )
+        self.kv_cache.end_forward()
+        return self._device_logits(logits, len(positions)), hidden.numpy()[0]
+
     def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
         """One new token per sequence; the logits [batch, vocab] after it, on the device."""
         batch = len(seq_ids)
-        hidden = self._embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
+        hidden = self.embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, [1] * batch)
         forward = self._decode_single if batch == 1 else self._decode
         logits, _ = forward(hidden, self.kv_cache.handle, self.params)
