@@ -1,6 +1,7 @@
 """Tiny EAGLE-1 heads in the checkpoint layout vLLM loads (no `model.` prefix, `fc.weight`,
 one decoder layer without its input RMSNorm, no final norm, embeddings and LM head left to
-the target), written next to a tiny target checkpoint."""
+the target), written next to a tiny target checkpoint; tiny DeepSeek-V3 checkpoints with
+an MTP layer; targets that repeat their last token, for heads whose drafts are all right."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def make_repeating_target(target: Path, path: Path) -> Path:
     weights = path / "model.safetensors"
     tensors = load_file(weights)
     for name, tensor in tensors.items():
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
+        if name.endswith(_SILENT):
             tensor.zero_()
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
     save_file(tensors, weights, metadata={"format": "pt"})
@@ -61,3 +62,48 @@ def _write(path: Path, config: dict, tensors: dict[str, torch.Tensor]) -> Path:
     (path / "config.json").write_text(json.dumps(config))
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
     return path
+
+
+def add_mtp_layer(target: Path, path: Path, seed: int = 2, echo: bool = False) -> Path:
+    """A copy of the DeepSeek-V3 checkpoint `target` with one random MTP layer (layer
+    `num_hidden_layers`: enorm, hnorm, eh_proj, a decoder layer, shared_head), as V3 stores
+    it. `echo`: the layer passes hnorm(hidden) through and its shared head is the target's
+    LM head, so it proposes what the target's hidden state predicted, again."""
+    import transformers
+
+    shutil.copytree(target, path)
+    config = json.loads((path / "config.json").read_text())
+    layers = config["num_hidden_layers"]
+    torch.manual_seed(seed)
+    grown = transformers.DeepseekV3Config(**{**config, "num_hidden_layers": layers + 1})
+    model = transformers.DeepseekV3ForCausalLM(grown).eval()
+    model.save_pretrained(path / "grown", safe_serialization=True)  # the checkpoint's names
+    grown_tensors = load_file(path / "grown" / "model.safetensors")
+    shutil.rmtree(path / "grown")
+    prefix = f"model.layers.{layers}."
+    tensors = load_file(path / "model.safetensors")
+    size = config["hidden_size"]
+    tensors.update({k: v for k, v in grown_tensors.items() if k.startswith(prefix)})
+    tensors[prefix + "enorm.weight"] = 1 + 0.1 * torch.randn(size)
+    tensors[prefix + "hnorm.weight"] = 1 + 0.1 * torch.randn(size)
+    tensors[prefix + "eh_proj.weight"] = torch.randn(size, 2 * size) * (2 * size) ** -0.5
+    tensors[prefix + "shared_head.norm.weight"] = 1 + 0.1 * torch.randn(size)
+    tensors[prefix + "shared_head.head.weight"] = torch.randn(config["vocab_size"], size) * 0.2
+    if echo:
+        tensors[prefix + "eh_proj.weight"] = torch.cat(
+            [torch.zeros(size, size), torch.eye(size)], dim=1
+        )
+        for name in ("hnorm", "shared_head.norm"):
+            tensors[f"{prefix}{name}.weight"] = torch.ones(size)
+        tensors[prefix + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+        for name, tensor in tensors.items():
+            if name.startswith(prefix) and name.endswith(_SILENT):
+                tensor.zero_()
+    config["num_nextn_predict_layers"] = 1
+    (path / "config.json").write_text(json.dumps(config))
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    return path
+
+
+_SILENT = ("o_proj.weight", "down_proj.weight")
+"""The projections whose zeros make a decoder layer add nothing to its residual stream."""

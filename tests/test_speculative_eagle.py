@@ -21,6 +21,7 @@ from test_speculative_engine import MIXED_LENGTHS, _homogeneity_p_value
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.speculative.eagle_runner import EagleHeadRunner, check_head_fits
 
 TARGET = "llama"
@@ -61,7 +62,7 @@ def assert_head_cache_empty(llm: LLM) -> None:
     config = proposer.runner.kv_config
     assert proposer.num_sequences == 0 and proposer.store.num_sequences == 0
     pages = proposer.runner.kv_cache.available_pages()
-    assert pages == config.max_total_seq_len // config.page_size + 1
+    assert pages == -(-config.max_total_seq_len // config.page_size) + 1
 
 
 def test_a_random_head_changes_no_greedy_token(make_eagle_llm, tiny_model_dir, heads) -> None:
@@ -130,8 +131,8 @@ def test_head_logits_equal_transformers(make_eagle_llm, tiny_model_dir, heads, m
     catch_ups: list[tuple[list[list[int]], np.ndarray]] = []
     prefill_head = EagleHeadRunner.prefill_head
 
-    def recorded(self, seq_ids, chunks, hidden, positions):
-        logits, out = prefill_head(self, seq_ids, chunks, hidden, positions)
+    def recorded(self, seq_ids, chunks, hidden, positions, zeroed_rows=()):
+        logits, out = prefill_head(self, seq_ids, chunks, hidden, positions, zeroed_rows)
         catch_ups.append(([list(c) for c in chunks], logits))
         return logits, out
 
@@ -174,12 +175,15 @@ def test_a_head_that_cannot_draft_for_the_target_is_refused_by_name(
     speculative = make_eagle_llm(target, heads["random"])
     runner, head = speculative.runner, speculative.engine.speculator.draft.runner
     architecture, config = head.manifest.architecture, head.config
+    eagle = SpeculativeConfig("eagle", 3, model="h")
     with pytest.raises(ValueError, match="hidden size of 32, the target 64"):
-        check_head_fits("h", architecture, {**config, "hidden_size": 32}, runner)
+        check_head_fits(eagle, architecture, {**config, "hidden_size": 32}, runner)
     with pytest.raises(ValueError, match="vocabulary of 7"):
-        check_head_fits("h", architecture, {**config, "vocab_size": 7}, runner)
+        check_head_fits(eagle, architecture, {**config, "vocab_size": 7}, runner)
     with pytest.raises(ValueError, match="was not built as an EAGLE head"):
-        check_head_fits("h", runner.manifest.architecture, config, runner)
+        check_head_fits(eagle, runner.manifest.architecture, config, runner)
+    with pytest.raises(ValueError, match="was not built as an MTP layer"):
+        check_head_fits(SpeculativeConfig("mtp", 1, model="h"), architecture, config, runner)
     plain = make_eagle_llm(target, None)
-    with pytest.raises(ValueError, match="EAGLE needs the target built with its hidden states"):
-        check_head_fits("h", architecture, config, plain.runner)
+    with pytest.raises(ValueError, match="EAGLE heads need the target built with its hidden"):
+        check_head_fits(eagle, architecture, config, plain.runner)

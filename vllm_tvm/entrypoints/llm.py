@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
-from vllm_tvm.artifacts.speculative_roles import EAGLE_HEAD, EAGLE_TARGET
+from vllm_tvm.artifacts.speculative_roles import HEAD_ROLES, HIDDEN_STATES_TARGET
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
@@ -88,19 +88,19 @@ def artifact_for(args: EngineArgs) -> Path:
         args.weight_format,
         args.quantization,
         tensor_parallel_size=args.tensor_parallel_size,
-        speculative_role=EAGLE_TARGET if spec is not None and spec.method == "eagle" else None,
+        speculative_role=HIDDEN_STATES_TARGET if spec and spec.method in HEAD_ROLES else None,
     )
 
 
 def with_draft_artifact(args: EngineArgs) -> EngineArgs:
-    """`args` with a draft model's or EAGLE head's artifact resolved as the target's is
-    (same device, dtype, weight format and quantization; compiled on first use) when the
-    speculative method is `draft_model` or `eagle`; else `args` unchanged."""
+    """`args` with a draft model's, EAGLE head's or MTP layer's artifact resolved as the
+    target's is (same device, dtype, weight format and quantization; compiled on first use)
+    when the speculative method is `draft_model`, `eagle` or `mtp` (whose layer is read from
+    the target's checkpoint unless `model` names another); else `args` unchanged."""
     spec = args.speculative_config
     if spec is None or spec.method not in MODEL_METHODS or spec.draft_artifact is not None:
         return args
-    assert spec.model is not None
-    draft_model = resolve_model(spec.model)
+    draft_model = resolve_model(spec.model or args.model)
     draft = resolve_artifact(
         draft_model,
         args.device,
@@ -108,7 +108,7 @@ def with_draft_artifact(args: EngineArgs) -> EngineArgs:
         args.show_progress,
         args.weight_format,
         args.quantization,
-        speculative_role=EAGLE_HEAD if spec.method == "eagle" else None,
+        speculative_role=HEAD_ROLES.get(spec.method),
     )
     draft_spec = replace(spec, model=str(draft_model), draft_artifact=str(draft))
     return replace(args, speculative_config=draft_spec)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
@@ -148,7 +149,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
             args.show_progress,
             _dummy_params(args, spec.draft_artifact),
         )
-    if spec is not None and spec.method == "eagle":
+    if spec is not None and spec.method in HEAD_ARCHITECTURES:
         draft_runner = load_eagle_head(
             spec,
             runner,

@@ -24,11 +24,12 @@ from typing import Any
 METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 """Every method vLLM's `method` key names."""
 
-BUILT_METHODS = ("ngram", "draft_model", "eagle")
+BUILT_METHODS = ("ngram", "draft_model", "eagle", "mtp")
 """The methods this engine runs; the others of METHODS are refused by name."""
 
-MODEL_METHODS = {"draft_model": "draft", "eagle": "EAGLE head"}
-"""The methods that draft with a checkpoint of their own (`model`), and what it is."""
+MODEL_METHODS = {"draft_model": "draft", "eagle": "EAGLE head", "mtp": "MTP layer"}
+"""The methods that draft with a model of their own, and what it is; all but `mtp` (whose
+layers are the target checkpoint's unless `model` names another) need its `model` path."""
 
 DEFAULT_PROMPT_LOOKUP = 5
 """vLLM's n-gram length when neither `prompt_lookup_min` nor `prompt_lookup_max` is given."""
@@ -73,7 +74,7 @@ class SpeculativeConfig:
             raise ValueError(
                 f"speculative method 'ngram' takes no draft model (got model {self.model!r})"
             )
-        if self.method in MODEL_METHODS and not self.model:
+        if self.method in MODEL_METHODS and self.method != "mtp" and not self.model:
             raise ValueError(
                 f"speculative method {self.method!r} needs the {MODEL_METHODS[self.method]}'s "
                 "'model' path"

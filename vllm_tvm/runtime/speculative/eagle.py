@@ -1,4 +1,5 @@
-"""Drafts proposed by an EAGLE head from the target's own hidden states.
+"""Drafts proposed by an EAGLE head or a DeepSeek MTP layer from the target's own hidden
+states.
 
 Why it exists: a draft model predicts from tokens alone; an EAGLE head (model_defs/eagle.py)
 also reads the target's final-norm hidden state of each position, so a single small layer
@@ -11,7 +12,9 @@ these differences:
 - draft i + 1 reads draft i and the head's own output hidden state before it;
 - entries made from drafts are all dropped next step, accepted or not (as vLLM does): an
   accepted draft's entry was made from the head's hidden state, not the target's, so the
-  catch-up remakes it from the target's.
+  catch-up remakes it from the target's;
+- an MTP layer reads a zero embedding at position 0 (vLLM's deepseek_mtp.py), and drafts
+  past the first re-run the same layer (vLLM's k > 1 for MTP).
 """
 
 from __future__ import annotations
@@ -29,9 +32,15 @@ class EagleProposer(DraftModelProposer):
     """Proposes drafts with an EAGLE head over the target's hidden states (`store`)."""
 
     def __init__(
-        self, runner: EagleHeadRunner, sampler: Sampler, store: TargetHiddenStates
+        self,
+        runner: EagleHeadRunner,
+        sampler: Sampler,
+        store: TargetHiddenStates,
+        masks_first_position: bool = False,
     ) -> None:
+        """`masks_first_position`: position 0's embedding is zeroed (an MTP layer's input)."""
         super().__init__(runner, sampler)
+        self.masks_first_position = masks_first_position
         self.head = runner
         self.store = store
         self._head_hidden: dict[EngineSequence, np.ndarray] = {}
@@ -67,10 +76,15 @@ class EagleProposer(DraftModelProposer):
     def _prefill(self, parts: list[CatchUpChunk], positions: list[int]) -> np.ndarray:
         kv_ids = [self._states[part.seq].kv_id for part in parts]
         hidden = np.concatenate([self._target_rows(part) for part in parts])
-        logits, out = self.head.prefill_head(
-            kv_ids, [part.token_ids for part in parts], hidden, positions
-        )
         ends = np.cumsum([len(part.token_ids) for part in parts]) - 1
+        zeroed = [
+            int(end) + 1 - len(part.token_ids)
+            for part, end in zip(parts, ends, strict=True)
+            if self.masks_first_position and part.start == 0
+        ]
+        logits, out = self.head.prefill_head(
+            kv_ids, [part.token_ids for part in parts], hidden, positions, zeroed
+        )
         for part, end in zip(parts, ends, strict=True):
             target_kv_id = self._target_kv_ids[part.seq]
             self.store.release(target_kv_id, part.start + len(part.token_ids))

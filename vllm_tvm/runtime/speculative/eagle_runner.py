@@ -1,13 +1,15 @@
-"""Loading an EAGLE head next to its target, and its two forwards.
+"""Loading a head that drafts from hidden states (an EAGLE head, an MTP layer) next to its
+target, and its two forwards.
 
-Why it exists: the head is a compiled artifact of its own (model_defs/eagle.py) with its
-own paged KV cache, like a draft model (draft_runner.py), but its forwards take the hidden
-state of each token next to its id and return the head's output hidden state next to the
-logits. Its embeddings and LM head are the target's, shared on the device, unless the
-head's checkpoint carries its own (as vLLM loads EAGLE-1 heads); an fc without a bias gets
-zeros. A head that cannot draft for the target is refused by name: another hidden size or
-vocabulary, another target or dtype, a target built without its hidden states, a target
-split over ranks or whose shared weights are quantized.
+Why it exists: the head is a compiled artifact of its own (model_defs/eagle.py,
+deepseek_mtp.py) with its own paged KV cache, like a draft model (draft_runner.py), but its
+forwards take the hidden state of each token next to its id and return the head's output
+hidden state next to the logits. Its embeddings (and an EAGLE head's LM head) are the
+target's, shared on the device, unless the head's checkpoint carries its own (as vLLM loads
+them); an EAGLE fc without a bias gets zeros. A head that cannot draft for the target is
+refused by name: another hidden size or vocabulary, another target or dtype, a target
+built without its hidden states, a target split over ranks or whose shared weights are
+quantized.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import ParamEntry, read_manifest
-from vllm_tvm.artifacts.speculative_roles import EAGLE_HEAD_ARCHITECTURE, HIDDEN_STATES_FUNCTION
+from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES, HIDDEN_STATES_FUNCTION
 from vllm_tvm.checkpoints.weight_formats import FLOAT
 from vllm_tvm.runtime.model.runner import ModelRunner
-from vllm_tvm.runtime.speculative.config import SpeculativeConfig
+from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.weights.loader import (
     WeightMismatchError,
     load_params,
@@ -43,7 +45,7 @@ FC_BIAS = "model.fc.bias"
 
 
 class EagleHeadRunner(ModelRunner):
-    """A loaded EAGLE head: its forwards take and return hidden states (module doc)."""
+    """A loaded head: its forwards take and return hidden states (module doc)."""
 
     def prefill_head(
         self,
@@ -51,22 +53,15 @@ class EagleHeadRunner(ModelRunner):
         chunks: Sequence[Sequence[int]],
         hidden: np.ndarray,
         logit_positions: Sequence[int],
+        zeroed_rows: Sequence[int] = (),
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Append each chunk (with its tokens' input hidden states, `hidden` [total, h]) in
-        one ragged forward; the logits and output hidden states at `logit_positions`."""
-        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
-        shape = (1, len(flat), self.hidden_size)
-        embeddings = self.embed_tokens(flat)._create_view(shape)
-        self.kv_cache.begin_forward(seq_ids, lengths)
-        logits, out, _ = self.vm["prefill"](
-            embeddings,
-            self.to_device(self._in_dtype(hidden).reshape(shape)),
-            self.to_device(positions),
-            self.kv_cache.handle,
-            self.params,
+        """Append each chunk (with its tokens' input hidden states, `hidden` [total, h]; the
+        embeddings of rows `zeroed_rows` zeroed) in one ragged forward; the logits and
+        output hidden states at `logit_positions`."""
+        logits, out, positions = self.run_ragged(
+            seq_ids, chunks, logit_positions, input_hidden=hidden, zeroed_rows=zeroed_rows
         )
-        self.kv_cache.end_forward()
-        return logits.numpy()[0], out.numpy()[0]
+        return logits.numpy(), out if len(out) == len(positions) else out[positions]
 
     def decode_head(
         self, seq_ids: Sequence[int], token_ids: Sequence[int], hidden: np.ndarray
@@ -76,17 +71,12 @@ class EagleHeadRunner(ModelRunner):
         shape = (len(seq_ids), 1, self.hidden_size)
         embeddings = self.embed_tokens(token_ids)._create_view(shape)
         self.kv_cache.begin_forward(seq_ids, [1] * len(seq_ids))
+        typed = np.ascontiguousarray(to_dtype(hidden, self.manifest.dtype))
         logits, out, _ = self.vm["decode"](
-            embeddings,
-            self.to_device(self._in_dtype(hidden).reshape(shape)),
-            self.kv_cache.handle,
-            self.params,
+            embeddings, self.to_device(typed.reshape(shape)), self.kv_cache.handle, self.params
         )
         self.kv_cache.end_forward()
         return logits.numpy()[:, 0], out.numpy()[:, 0]
-
-    def _in_dtype(self, hidden: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(to_dtype(hidden, self.manifest.dtype))
 
 
 def load_eagle_head(
@@ -97,19 +87,20 @@ def load_eagle_head(
     pool_tokens: int,
     show_progress: bool,
 ) -> EagleHeadRunner:
-    """The EAGLE head of `config` (its artifact resolved) on `device`, its KV cache holding
+    """The head of `config` (its artifact resolved) on `device`, its KV cache holding
     `pool_tokens` plus the drafts of `max_num_seqs` sequences."""
     if config.draft_artifact is None or config.model is None:
         raise ValueError(
-            f"the EAGLE head {config.model!r} has no artifact: an engine runs built artifacts "
+            f"the {config.method} head {config.model!r} has no artifact: an engine runs built "
+            "artifacts "
             "(LLM and the command line compile the head for its target)"
         )
     manifest = read_manifest(Path(config.draft_artifact))
-    check_head_fits(config.model, manifest.architecture, manifest.model_config, target)
+    check_head_fits(config, manifest.architecture, manifest.model_config, target)
     for name in ("target", "dtype"):
         if getattr(manifest, name) != getattr(target.manifest, name):
             raise ValueError(
-                f"the EAGLE head {config.model!r} was built with {name} "
+                f"the {config.method} head {config.model!r} was built with {name} "
                 f"{getattr(manifest, name)!r}, the target with "
                 f"{getattr(target.manifest, name)!r}: a head must be built like its target"
             )
@@ -128,22 +119,23 @@ def load_eagle_head(
 
 
 def check_head_fits(
-    model: str, architecture: str, head_config: dict[str, Any], target: ModelRunner
+    config: SpeculativeConfig, architecture: str, head_config: dict[str, Any], target: ModelRunner
 ) -> None:
     """Refuse by name a head that cannot draft for `target` (module doc)."""
-    if architecture != EAGLE_HEAD_ARCHITECTURE:
-        raise ValueError(f"{model!r} was not built as an EAGLE head ({architecture})")
+    model, what = config.model, MODEL_METHODS[config.method]
+    if architecture != HEAD_ARCHITECTURES[config.method]:
+        raise ValueError(f"{model!r} was not built as an {what} ({architecture})")
     functions = target.manifest.functions if isinstance(target, ModelRunner) else []
     if HIDDEN_STATES_FUNCTION not in functions:
         raise ValueError(
-            "EAGLE needs the target built with its hidden states, on one device "
+            f"{what}s need the target built with its hidden states, on one device "
             "(tensor-parallel targets are not supported)"
         )
-    for key, what in (("hidden_size", "hidden size"), ("vocab_size", "vocabulary")):
+    for key, name in (("hidden_size", "hidden size"), ("vocab_size", "vocabulary")):
         if int(head_config[key]) != int(target.config[key]):
             raise ValueError(
-                f"the EAGLE head {model!r} has a {what} of {head_config[key]}, the target "
-                f"{target.config[key]}: heads of another {what} are not supported"
+                f"the {what} {model!r} has a {name} of {head_config[key]}, the target "
+                f"{target.config[key]}: heads of another {name} are not supported"
             )
 
 
@@ -175,7 +167,7 @@ def _head_params(
             params.append(_target_param(entry, targets))
         else:
             raise WeightMismatchError(
-                f"the EAGLE head {model} has no tensor '{entry.sources[0]}' "
+                f"the head's checkpoint {model} has no tensor '{entry.sources[0]}' "
                 f"(needed for parameter {entry.name})"
             )
     return params
@@ -189,9 +181,9 @@ def _target_param(entry: ParamEntry, targets: dict[str, tuple[ParamEntry, Any]])
             if source.format != FLOAT or source.shape != entry.shape:
                 raise ValueError(
                     f"the target's {name} ({source.format}, {source.shape}) cannot stand for "
-                    f"the EAGLE head's {entry.name} {entry.shape}: give the head its own"
+                    f"the head's {entry.name} {entry.shape}: give the head its own"
                 )
             return param
     raise WeightMismatchError(
-        f"neither the EAGLE head nor the target has {entry.name}: the head needs it"
+        f"neither the head nor the target has {entry.name}: the head needs it"
     )

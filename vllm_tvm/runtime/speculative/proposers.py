@@ -7,6 +7,7 @@ proposer kind; that pairing, and the refusal of a missing runner, is written her
 
 from __future__ import annotations
 
+from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
@@ -30,8 +31,9 @@ def proposer_for(
             f"speculative method {config.method!r} needs the "
             f"{MODEL_METHODS[config.method]}'s runner"
         )
-    if config.method == "eagle":
+    if config.method in HEAD_ARCHITECTURES:
         if not isinstance(draft_runner, EagleHeadRunner):
-            raise ValueError("speculative method 'eagle' needs an EAGLE head's runner")
-        return EagleProposer(draft_runner, sampler, TargetHiddenStates(target.hidden_size))
+            raise ValueError(f"speculative method {config.method!r} needs a head's runner")
+        store = TargetHiddenStates(target.hidden_size)
+        return EagleProposer(draft_runner, sampler, store, config.method == "mtp")
     return DraftModelProposer(draft_runner, sampler)

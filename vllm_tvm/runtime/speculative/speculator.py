@@ -7,8 +7,9 @@ a chunk [last token, draft 1 .. draft k] of the ragged prefill, with logits at a
 positions (`logit_positions`), so the model scores every draft at once. The engine then
 commits the accepted drafts and one more token (verify.py), and the KV cache drops what
 the model computed for the rejected drafts (`BlockManager.drop_last_tokens`). Drafts come
-from n-gram lookup (ngram.py), row by row, or from a draft model (draft_model.py), which
-decodes the drafts of all rows together before the verify forward.
+from n-gram lookup (ngram.py), row by row, or from a draft model (draft_model.py), an EAGLE
+head or an MTP layer (eagle.py), which decodes the drafts of all rows together before the
+verify forward.
 
 What may be drafted, so that nothing a request asked for changes:
 - decode rows after the first output token (a prompt chunk or prompt logprobs need their
