@@ -19,6 +19,8 @@ these differences:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from vllm_tvm.runtime.engine.sequence import EngineSequence
@@ -57,18 +59,24 @@ class EagleProposer(DraftModelProposer):
         super().reset()
         self._head_hidden.clear()
 
+    def note_scheduled(self, seqs: Iterable[EngineSequence]) -> None:
+        """Note the target KV id of each sequence of a step (drafted or not), so the hidden
+        states kept under the id a preempted sequence had are dropped once it has another
+        (or ends)."""
+        for seq in seqs:
+            previous = self._target_kv_ids.get(seq)
+            if previous is not None and previous != seq.kv_id:
+                self.store.forget(previous)
+            if seq.kv_id is not None:
+                self._target_kv_ids[seq] = seq.kv_id
+
     def _roll_back(self, seq: EngineSequence) -> None:
-        """Drop every entry made from drafts (module doc); note `seq`'s target KV id."""
+        """Drop every entry made from drafts (module doc)."""
         state = self._states.get(seq)
         if state is not None and state.fed:
             self.runner.kv_cache.popn(state.kv_id, len(state.fed))
             state.fed = []
         super()._roll_back(seq)
-        previous = self._target_kv_ids.get(seq)
-        if previous is not None and previous != seq.kv_id:  # preempted: recomputed elsewhere
-            self.store.forget(previous)
-        assert seq.kv_id is not None
-        self._target_kv_ids[seq] = seq.kv_id
 
     def _pending(self, seq: EngineSequence) -> list[int]:
         return seq.token_ids[self._states[seq].num_committed + 1 :]

@@ -43,6 +43,7 @@ from vllm_tvm.runtime.sampling.dispatch import SamplingDispatch, failure_message
 from vllm_tvm.runtime.speculative.backoff import DraftBackoff
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer, DraftProposal
+from vllm_tvm.runtime.speculative.eagle import EagleProposer
 from vllm_tvm.runtime.speculative.ngram import NgramProposer
 from vllm_tvm.runtime.speculative.verify import Verified, verify_greedy, verify_on_host
 
@@ -108,6 +109,8 @@ class Speculator:
         """The step's forward with drafts (their blocks reserved); None when no row gets
         any, and the step runs as it would without speculation."""
         budget = self.token_budget - sum(item.num_tokens for item in scheduled)
+        if isinstance(self.draft, EagleProposer):
+            self.draft.note_scheduled(item.seq for item in scheduled)
         if self.draft is None:
             proposals = self._ngram_proposals(scheduled, budget)
         else:
