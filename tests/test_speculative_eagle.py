@@ -22,7 +22,7 @@ from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
-from vllm_tvm.runtime.speculative.eagle_runner import EagleHeadRunner, check_head_fits
+from vllm_tvm.runtime.speculative.head_runner import HeadRunner, check_head_fits
 
 TARGET = "llama"
 
@@ -129,14 +129,14 @@ def _reference_head_logits(target: Path, head: Path, tokens: list[int]) -> np.nd
 def test_head_logits_equal_transformers(make_eagle_llm, tiny_model_dir, heads, monkeypatch) -> None:
     target = tiny_model_dir(TARGET)
     catch_ups: list[tuple[list[list[int]], np.ndarray]] = []
-    prefill_head = EagleHeadRunner.prefill_head
+    prefill_head = HeadRunner.prefill_head
 
     def recorded(self, seq_ids, chunks, hidden, positions, zeroed_rows=()):
         logits, out = prefill_head(self, seq_ids, chunks, hidden, positions, zeroed_rows)
         catch_ups.append(([list(c) for c in chunks], logits))
         return logits, out
 
-    monkeypatch.setattr(EagleHeadRunner, "prefill_head", recorded)
+    monkeypatch.setattr(HeadRunner, "prefill_head", recorded)
     speculative = make_eagle_llm(target, heads["random"], k=1)
     prompt = prompts_of_lengths(speculative, [12])[0]
     params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)

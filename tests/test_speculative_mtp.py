@@ -19,7 +19,7 @@ from test_speculative_engine import MIXED_LENGTHS, _homogeneity_p_value
 from vllm_tvm.artifacts.speculative_roles import EAGLE_HEAD, MTP_ARCHITECTURE, MTP_HEAD
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
-from vllm_tvm.runtime.speculative.eagle_runner import EagleHeadRunner
+from vllm_tvm.runtime.speculative.head_runner import HeadRunner
 
 TARGET = "deepseek_v3_mla_qlora_groups"
 
@@ -155,14 +155,14 @@ def _reference_layer_logits(checkpoint: Path, tokens: list[int]) -> np.ndarray:
 
 def test_layer_logits_equal_transformers(make_mtp_llm, checkpoints, monkeypatch) -> None:
     catch_ups: list[tuple[list[list[int]], np.ndarray]] = []
-    prefill_head = EagleHeadRunner.prefill_head
+    prefill_head = HeadRunner.prefill_head
 
     def recorded(self, seq_ids, chunks, hidden, positions, zeroed_rows=()):
         logits, out = prefill_head(self, seq_ids, chunks, hidden, positions, zeroed_rows)
         catch_ups.append(([list(c) for c in chunks], logits))
         return logits, out
 
-    monkeypatch.setattr(EagleHeadRunner, "prefill_head", recorded)
+    monkeypatch.setattr(HeadRunner, "prefill_head", recorded)
     speculative = make_mtp_llm(checkpoints["random"], 1)
     prompt = prompts_of_lengths(speculative, [12])[0]
     params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)

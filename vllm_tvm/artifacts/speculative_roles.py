@@ -2,7 +2,7 @@
 
 Why a module of its own, TVM-free: the compiler builds these variants, the runtime checks
 an artifact is the variant it needs, and the entry point asks for them; all three name them
-here once. EAGLE and MTP (runtime/speculative/eagle.py) need the target's last hidden states
+here once. EAGLE and MTP (runtime/speculative/head_proposer.py) need the target's last hidden states
 of the tokens it computes, so their target is built with a `*_hidden` twin of each ragged
 forward (HIDDEN_STATES_FUNCTION and, for latent attention, `extend_hidden` and
 `decode_hidden`; a plain build stays as it was, in content and cache key). The EAGLE head

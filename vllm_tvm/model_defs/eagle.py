@@ -13,7 +13,7 @@ the logits, for the next draft:
   (logits [1, m, vocab], output hidden [1, m, h]) at the positions;
 - `decode(input_embed [b, 1, h], input_hidden [b, 1, h], kv_cache)` -> the same per row.
 Embeddings and LM head are parameters like any other; the runtime hands it the target's
-(runtime/speculative/eagle_runner.py) unless the head's checkpoint carries its own.
+(runtime/speculative/head_runner.py) unless the head's checkpoint carries its own.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from vllm_tvm.runtime.kv.cache_config import (
 )
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.speculative.draft_runner import load_draft_runner
-from vllm_tvm.runtime.speculative.eagle_runner import load_eagle_head
+from vllm_tvm.runtime.speculative.head_runner import load_head_runner
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
 from vllm_tvm.runtime.weights.load_format import DUMMY
 
@@ -150,7 +150,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
             _dummy_params(args, spec.draft_artifact),
         )
     if spec is not None and spec.method in HEAD_ARCHITECTURES:
-        draft_runner = load_eagle_head(
+        draft_runner = load_head_runner(
             spec,
             runner,
             args.device,

@@ -50,7 +50,7 @@ from vllm_tvm.runtime.sampling.dispatch import (
 from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
 from vllm_tvm.runtime.sampling.sampler import Sampler, prompt_logprobs
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
-from vllm_tvm.runtime.speculative.eagle import EagleProposer
+from vllm_tvm.runtime.speculative.head_proposer import HeadProposer
 from vllm_tvm.runtime.speculative.proposers import proposer_for
 from vllm_tvm.runtime.speculative.speculator import Speculator, VerifyStep
 from vllm_tvm.runtime.speculative.target_hidden import HiddenCapturingRunner
@@ -102,7 +102,7 @@ class LLMEngine:
         if speculative_config is not None:
             self.metrics.enable_spec_decode(speculative_config.num_speculative_tokens)
             draft = proposer_for(speculative_config, runner, draft_runner, self.sampler)
-            if isinstance(draft, EagleProposer):
+            if isinstance(draft, HeadProposer):
                 self._forward_runner = HiddenCapturingRunner(runner, draft.store)
             self.speculator = Speculator(
                 speculative_config,

@@ -12,8 +12,8 @@ from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer
-from vllm_tvm.runtime.speculative.eagle import EagleProposer
-from vllm_tvm.runtime.speculative.eagle_runner import EagleHeadRunner
+from vllm_tvm.runtime.speculative.head_proposer import HeadProposer
+from vllm_tvm.runtime.speculative.head_runner import HeadRunner
 from vllm_tvm.runtime.speculative.target_hidden import TargetHiddenStates
 
 
@@ -32,8 +32,8 @@ def proposer_for(
             f"{MODEL_METHODS[config.method]}'s runner"
         )
     if config.method in HEAD_ARCHITECTURES:
-        if not isinstance(draft_runner, EagleHeadRunner):
+        if not isinstance(draft_runner, HeadRunner):
             raise ValueError(f"speculative method {config.method!r} needs a head's runner")
         store = TargetHiddenStates(target.hidden_size)
-        return EagleProposer(draft_runner, sampler, store, config.method == "mtp")
+        return HeadProposer(draft_runner, sampler, store, config.method == "mtp")
     return DraftModelProposer(draft_runner, sampler)

@@ -44,7 +44,7 @@ FC_BIAS = "model.fc.bias"
 """The head's fc bias: zeros when its checkpoint has none."""
 
 
-class EagleHeadRunner(ModelRunner):
+class HeadRunner(ModelRunner):
     """A loaded head: its forwards take and return hidden states (module doc)."""
 
     def prefill_head(
@@ -79,14 +79,14 @@ class EagleHeadRunner(ModelRunner):
         return logits.numpy()[:, 0], out.numpy()[:, 0]
 
 
-def load_eagle_head(
+def load_head_runner(
     config: SpeculativeConfig,
     target: ModelRunner,
     device: str,
     max_num_seqs: int,
     pool_tokens: int,
     show_progress: bool,
-) -> EagleHeadRunner:
+) -> HeadRunner:
     """The head of `config` (its artifact resolved) on `device`, its KV cache holding
     `pool_tokens` plus the drafts of `max_num_seqs` sequences."""
     if config.draft_artifact is None or config.model is None:
@@ -105,7 +105,7 @@ def load_eagle_head(
                 f"{getattr(target.manifest, name)!r}: a head must be built like its target"
             )
     page_size = target.kv_config.page_size
-    return EagleHeadRunner(
+    return HeadRunner(
         config.draft_artifact,
         config.model,
         device=device,

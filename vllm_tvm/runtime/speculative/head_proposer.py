@@ -26,16 +26,16 @@ import numpy as np
 from vllm_tvm.runtime.engine.sequence import EngineSequence
 from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.draft_model import CatchUpChunk, DraftModelProposer
-from vllm_tvm.runtime.speculative.eagle_runner import EagleHeadRunner
+from vllm_tvm.runtime.speculative.head_runner import HeadRunner
 from vllm_tvm.runtime.speculative.target_hidden import TargetHiddenStates
 
 
-class EagleProposer(DraftModelProposer):
+class HeadProposer(DraftModelProposer):
     """Proposes drafts with an EAGLE head over the target's hidden states (`store`)."""
 
     def __init__(
         self,
-        runner: EagleHeadRunner,
+        runner: HeadRunner,
         sampler: Sampler,
         store: TargetHiddenStates,
         masks_first_position: bool = False,
