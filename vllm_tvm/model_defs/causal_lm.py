@@ -48,7 +48,7 @@ class PagedCausalLM(nn.Module):
         self.kv_cache_extern_mods: list[Any] = []
         """Compiled objects the KV cache's kernels live in (FlashInfer), set by export."""
         self.exports_hidden_states = False
-        """Whether `prefill_hidden` is exported too (a target drafted for by EAGLE)."""
+        """Whether `prefill_hidden` is exported too (a target drafted for by EAGLE or MTP)."""
 
     def embed(self, input_ids: Tensor) -> Tensor:
         """Token ids [n] -> embeddings [n, hidden]."""

@@ -78,8 +78,8 @@ class LLMEngine:
         """Drive `runner`, whose KV cache must hold `cache_config`'s pool, `max_num_seqs`
         sequences per forward and a prefill chunk of the step's token budget. `tokenizer`
         None: token-id prompts only, no text in the outputs. `speculative_config` None:
-        every decode step computes one token per sequence; methods `draft_model` and `eagle`
-        draft with `draft_runner` (a draft model, an EAGLE head)."""
+        every decode step computes one token per sequence; methods `draft_model`, `eagle` and
+        `mtp` draft with `draft_runner` (a draft model, an EAGLE head, an MTP layer)."""
         runner.kv_config.check_holds(
             scheduler_config.max_num_seqs,
             scheduler_config.max_num_batched_tokens,
