@@ -39,9 +39,8 @@ def test_a_model_without_a_method_is_a_draft_model() -> None:
     ("value", "message"),
     [
         ({"method": "medusa", "num_speculative_tokens": 2}, "unknown speculative method 'medusa'"),
-        ({"method": "eagle", "model": "h", "num_speculative_tokens": 2}, "'eagle' is not impl"),
+        ({"method": "eagle", "num_speculative_tokens": 2}, "needs the EAGLE head's 'model'"),
         ({"method": "eagle3", "model": "h", "num_speculative_tokens": 2}, "'eagle3' is not impl"),
-        ({"method": "mtp", "num_speculative_tokens": 1}, "'mtp' is not implemented"),
         ({"method": "draft_model", "num_speculative_tokens": 2}, "needs the draft's 'model'"),
         ({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1},
          "'draft_tensor_parallel_size' are not supported"),
@@ -69,10 +68,11 @@ def test_every_engine_command_takes_the_flag(command: str) -> None:
 
 
 def test_the_flag_refuses_a_method_not_built(capsys) -> None:
-    argv = ["generate", "--prompt", "hi", "--speculative-config", '{"method": "mtp"}']
+    config = '{"method": "eagle3", "model": "h", "num_speculative_tokens": 1}'
+    argv = ["generate", "--prompt", "hi", "--speculative-config", config]
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
-    assert "speculative method 'mtp' is not implemented" in capsys.readouterr().err
+    assert "speculative method 'eagle3' is not implemented" in capsys.readouterr().err
 
 
 def test_engine_options_take_json_text_a_dict_or_the_config() -> None:
@@ -89,3 +89,8 @@ def test_llm_refuses_an_unknown_method_before_loading() -> None:
 
     with pytest.raises(ValueError, match="unknown speculative method 'lookahead'"):
         LLM("/nonexistent", speculative_config={"method": "lookahead"})
+
+
+def test_mtp_reads_its_layers_from_the_target_unless_a_model_is_named() -> None:
+    config = SpeculativeConfig.from_json({"method": "mtp", "num_speculative_tokens": 1})
+    assert config == SpeculativeConfig("mtp", 1, model=None)

@@ -130,6 +130,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="speculative decoding as vLLM's JSON, e.g. "
         '\'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\' '
         'or \'{"model": DRAFT_CHECKPOINT, "num_speculative_tokens": 3}\' '
+        'or \'{"method": "eagle", "model": EAGLE_HEAD, "num_speculative_tokens": 3}\' '
         f"(methods {', '.join(METHODS)}; implemented: {', '.join(BUILT_METHODS)}) (default off)",
     )
 

@@ -35,6 +35,7 @@ from vllm_tvm.compiler.pipeline import LibraryContents, lowering_pipeline, rewri
 from vllm_tvm.compiler.quantization_report import format_report, quantization_errors
 from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.source_digest import compiler_source_digest
+from vllm_tvm.compiler.speculative_variants import check_role, role_key
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
 from vllm_tvm.compiler.weight_plan import plan_weight_formats
 from vllm_tvm.compiler.write import write_artifact
@@ -56,6 +57,7 @@ def make_request(
     quantization: str | None = None,
     tensor_parallel_shards: int = 1,
     max_model_len: int | None = None,
+    speculative_role: str | None = None,
 ) -> CompileRequest:
     """Validate user-facing compile options (target name, dtype, weight format) into a request.
 
@@ -68,7 +70,9 @@ def make_request(
     `tensor_parallel_shards`: ranks the network is split over (model_defs/tensor_parallel.py).
     `max_model_len`: the context the engine will run (None: the checkpoint's; it picks
     longrope's factor set, compiler/request.py).
+    `speculative_role`: a build a speculative method needs (compiler/speculative_variants.py).
     """
+    check_role(speculative_role)
     model_path = Path(model)
     config = read_model_config(model_path)
     spec = resolve_target(target)
@@ -101,6 +105,7 @@ def make_request(
         quantization,
         tensor_parallel_shards,
         max_model_len,
+        speculative_role,
     )
 
 
@@ -128,6 +133,7 @@ def cache_key_for(request: CompileRequest) -> str:
             "cuda_graph": request.cuda_graph,
             "gemm": request.gemm,
             "attention": request.attention,
+            **role_key(request.speculative_role),
         },
         sort_keys=True,
     )

@@ -30,6 +30,7 @@ from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
 from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS
+from vllm_tvm.compiler.speculative_variants import family_for_role, model_for_role
 from vllm_tvm.compiler.weight_plan import param_entry
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
 from vllm_tvm.model_defs.registry import ModelFamily, family_for
@@ -63,7 +64,11 @@ def request_model_config(request: CompileRequest) -> tuple[ModelFamily, Any]:
     shards = request.tensor_parallel_shards
     if shards > 1 and (request.weight_formats or request.quantization):
         raise TensorParallelError("tensor parallelism is not supported for quantized weights")
-    model_config = with_shards(family.parse_config(config, request.max_model_len), shards)
+    family, model_config = family_for_role(
+        family,
+        with_shards(family.parse_config(config, request.max_model_len), shards),
+        request.speculative_role,
+    )
     softcap = getattr(model_config, "attn_logit_softcapping", None)  # llama-family only
     check_attention_softcap(request.attention, softcap)
     return family, model_config
@@ -73,7 +78,10 @@ def export_model(request: CompileRequest) -> ExportedModel:
     """The Relax module of the request's model and the manifest of its artifact."""
     family, model_config = request_model_config(request)
     target = request.target.make_target()
-    model = family.build_model(model_config, request.dtype, target, attention=request.attention)
+    model = model_for_role(
+        family.build_model(model_config, request.dtype, target, attention=request.attention),
+        request.speculative_role,
+    )
     apply_weight_formats(model, request.weight_formats)
     with _attention_build_environment(request):
         mod, named_params = model.export_tvm(spec=model.export_spec())

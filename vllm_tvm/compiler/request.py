@@ -36,3 +36,6 @@ class CompileRequest:
     """The context the engine will run (None: the checkpoint's). Only longrope reads it: past
     `original_max_position_embeddings` its long factors are compiled in (rope_scaling.py),
     which the parsed config, and so the artifact's cache key, carries."""
+    speculative_role: str | None = None
+    """What a speculative method needs built besides the plain model (artifacts/
+    speculative_roles.py); None: the plain model."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
+from vllm_tvm.artifacts.speculative_roles import HEAD_ROLES, HIDDEN_STATES_TARGET
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
@@ -24,6 +25,7 @@ from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput, generate_all
 from vllm_tvm.runtime.engine.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.speculative.config import MODEL_METHODS
 
 
 def resolve_artifact(
@@ -36,6 +38,7 @@ def resolve_artifact(
     target: str | None = None,
     tensor_parallel_size: int = 1,
     max_model_len: int | None = None,
+    speculative_role: str | None = None,
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format,
     quantization, context), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
@@ -44,9 +47,11 @@ def resolve_artifact(
     names another machine's target for `device` (e.g. `llvm:aarch64`; default: this one's).
     `tensor_parallel_size` > 1: the artifact of the model split over that many ranks.
     `max_model_len`: the engine's context (None: the model's; it picks longrope's factor
-    set, compiler/request.py). A resolution for this machine remembered unchanged
-    (artifacts/resolution_memo.py) needs no compiler import."""
-    if target is None:
+    set, compiler/request.py). `speculative_role`: a build a speculative method needs
+    (artifacts/speculative_roles.py). A plain resolution for this machine remembered
+    unchanged (artifacts/resolution_memo.py) needs no compiler import."""
+    remember = target is None and speculative_role is None
+    if remember:
         remembered = remembered_artifact(
             model, device, dtype, weight_format, quantization, tensor_parallel_size, max_model_len
         )
@@ -62,9 +67,10 @@ def resolve_artifact(
         quantization=quantization,
         tensor_parallel_shards=tensor_parallel_size,
         max_model_len=max_model_len,
+        speculative_role=speculative_role,
     )
     artifact = compile_cached(request, show_progress)
-    if target is None:
+    if remember:
         remember_artifact(
             model,
             device,
@@ -80,9 +86,11 @@ def resolve_artifact(
 
 def artifact_for(args: EngineArgs) -> Path:
     """The artifact of `args`: the given one, else the cached build for its model, device,
-    dtype, weight format and context (compiled on first use)."""
+    dtype, weight format and context (compiled on first use; with its hidden states for
+    EAGLE and MTP)."""
     if args.artifact is not None:
         return Path(args.artifact)
+    spec = args.speculative_config
     return resolve_artifact(
         args.model,
         args.device,
@@ -92,18 +100,19 @@ def artifact_for(args: EngineArgs) -> Path:
         args.quantization,
         tensor_parallel_size=args.tensor_parallel_size,
         max_model_len=args.max_model_len,
+        speculative_role=HIDDEN_STATES_TARGET if spec and spec.method in HEAD_ROLES else None,
     )
 
 
 def with_draft_artifact(args: EngineArgs) -> EngineArgs:
-    """`args` with a draft model's artifact resolved as the target's is (same device, dtype,
-    weight format and quantization; compiled on first use) when the speculative method is
-    `draft_model`; else `args` unchanged."""
+    """`args` with a draft model's, EAGLE head's or MTP layer's artifact resolved as the
+    target's is (same device, dtype, weight format and quantization; compiled on first use)
+    when the speculative method is `draft_model`, `eagle` or `mtp` (whose layer is read from
+    the target's checkpoint unless `model` names another); else `args` unchanged."""
     spec = args.speculative_config
-    if spec is None or spec.method != "draft_model" or spec.draft_artifact is not None:
+    if spec is None or spec.method not in MODEL_METHODS or spec.draft_artifact is not None:
         return args
-    assert spec.model is not None
-    draft_model = resolve_model(spec.model)
+    draft_model = resolve_model(spec.model or args.model)
     draft = resolve_artifact(
         draft_model,
         args.device,
@@ -111,6 +120,7 @@ def with_draft_artifact(args: EngineArgs) -> EngineArgs:
         args.show_progress,
         args.weight_format,
         args.quantization,
+        speculative_role=HEAD_ROLES.get(spec.method),
     )
     draft_spec = replace(spec, model=str(draft_model), draft_artifact=str(draft))
     return replace(args, speculative_config=draft_spec)

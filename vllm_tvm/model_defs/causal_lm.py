@@ -47,6 +47,8 @@ class PagedCausalLM(nn.Module):
         self.attention = attention
         self.kv_cache_extern_mods: list[Any] = []
         """Compiled objects the KV cache's kernels live in (FlashInfer), set by export."""
+        self.exports_hidden_states = False
+        """Whether `prefill_hidden` is exported too (a target drafted for by EAGLE or MTP)."""
 
     def embed(self, input_ids: Tensor) -> Tensor:
         """Token ids [n] -> embeddings [n, hidden]."""
@@ -77,6 +79,14 @@ class PagedCausalLM(nn.Module):
         hidden = self.model(input_embed, kv_cache)
         hidden = op.take(hidden, logit_positions, axis=1)
         return self.logits(hidden), kv_cache
+
+    def prefill_hidden(
+        self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, Tensor, PagedKVCache]:
+        """`prefill`, and the final-norm hidden states of every token [1, seq_len, hidden]."""
+        hidden = self.model(input_embed, kv_cache)
+        logits = self.logits(op.take(hidden, logit_positions, axis=1))
+        return logits, hidden, kv_cache
 
     def decode(self, input_embed: Tensor, kv_cache: PagedKVCache) -> tuple[Tensor, PagedKVCache]:
         """One token for each of `batch` sequences; fp32 logits [batch, 1, vocab]."""
@@ -133,14 +143,17 @@ class PagedCausalLM(nn.Module):
         hidden = self.config.hidden_size
         packed = {"param_mode": "packed", "effect_mode": "none"}
         kv = nn.spec.Object(object_type=PagedKVCache)
+        prefill = {
+            "input_embed": nn.spec.Tensor([1, "seq_len", hidden], self.dtype),
+            "logit_positions": nn.spec.Tensor(["num_logits"], "int32"),
+            "kv_cache": kv,
+            "$": packed,
+        }
+        hidden_states = {"prefill_hidden": dict(prefill)} if self.exports_hidden_states else {}
         return {
             "embed": {"input_ids": nn.spec.Tensor(["seq_len"], "int32"), "$": packed},
-            "prefill": {
-                "input_embed": nn.spec.Tensor([1, "seq_len", hidden], self.dtype),
-                "logit_positions": nn.spec.Tensor(["num_logits"], "int32"),
-                "kv_cache": kv,
-                "$": packed,
-            },
+            "prefill": prefill,
+            **hidden_states,
             "decode": {
                 "input_embed": nn.spec.Tensor(["batch_size", 1, hidden], self.dtype),
                 "kv_cache": kv,

@@ -14,7 +14,8 @@ Routing (DeepSeekMoE): softmax (V2) or sigmoid + e_score_correction_bias (V3) sc
 optionally limited to the best `topk_group` of `n_group` expert groups, V3's
 renormalisation, `routed_scaling_factor`; the routed experts are model_defs/moe.py's
 stacked experts, plus always-on shared experts. Layers before `first_k_dense_replace` are
-dense. MTP layers (V3's `num_nextn_predict_layers`) are not part of the exported model.
+dense. MTP layers (V3's `num_nextn_predict_layers`) are not part of the exported model: they
+are a model of their own (deepseek_mtp.py), fed the hidden states `*_hidden` export.
 """
 
 from __future__ import annotations
@@ -329,6 +330,31 @@ class DeepseekForCausalLM(MoEForCausalLM):
         hidden, cache = self._forward(input_embed, kv_cache, DECODE)
         return self.logits(hidden), cache
 
+    def _hidden_mode(
+        self, input_embed: Tensor, logit_positions: Tensor, cache: PagedKVCache, mode: str
+    ) -> tuple[Tensor, Tensor, PagedKVCache]:
+        hidden, cache = self._forward(input_embed, cache, mode)
+        return self.logits(op.take(hidden, logit_positions, axis=1)), hidden, cache
+
+    def prefill_hidden(
+        self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, Tensor, PagedKVCache]:
+        """`prefill`, and the final-norm hidden states of every token (for MTP drafting)."""
+        return self._hidden_mode(input_embed, logit_positions, kv_cache, PREFILL)
+
+    def extend_hidden(
+        self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, Tensor, PagedKVCache]:
+        """`extend`, and the final-norm hidden states of every token."""
+        return self._hidden_mode(input_embed, logit_positions, kv_cache, EXTEND)
+
+    def decode_hidden(
+        self, input_embed: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, Tensor, PagedKVCache]:
+        """`decode`, and the final-norm hidden state of every sequence's token."""
+        hidden, cache = self._forward(input_embed, kv_cache, DECODE)
+        return self.logits(hidden), hidden, cache
+
     def create_kv_cache(
         self,
         max_batch_size: tirx.Var,
@@ -345,7 +371,7 @@ class DeepseekForCausalLM(MoEForCausalLM):
             prefill_chunk_size,
             page_size,
             support_sliding_window,
-            num_hidden_layers=cfg.num_hidden_layers,
+            num_hidden_layers=len(self.model.layers),
             num_attention_heads=cfg.num_attention_heads,
             kv_lora_rank=cfg.kv_lora_rank,
             qk_rope_head_dim=cfg.qk_rope_head_dim,
@@ -356,4 +382,9 @@ class DeepseekForCausalLM(MoEForCausalLM):
 
     def export_spec(self) -> dict[str, Any]:
         spec = super().export_spec()
-        return {**spec, "extend": dict(spec["prefill"])}
+        hidden = (
+            {"extend_hidden": dict(spec["prefill"]), "decode_hidden": dict(spec["decode"])}
+            if self.exports_hidden_states
+            else {}
+        )
+        return {**spec, "extend": dict(spec["prefill"]), **hidden}

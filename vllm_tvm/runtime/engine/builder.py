@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
@@ -28,6 +29,7 @@ from vllm_tvm.runtime.kv.cache_config import (
 )
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.speculative.draft_runner import load_draft_runner
+from vllm_tvm.runtime.speculative.head_runner import load_head_runner
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
 from vllm_tvm.runtime.weights.load_format import DUMMY
 
@@ -146,6 +148,15 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
             cache_config.num_tokens,
             args.show_progress,
             _dummy_params(args, spec.draft_artifact),
+        )
+    if spec is not None and spec.method in HEAD_ARCHITECTURES:
+        draft_runner = load_head_runner(
+            spec,
+            runner,
+            args.device,
+            args.max_num_seqs,
+            cache_config.num_tokens,
+            args.show_progress,
         )
     return EngineParts(
         runner=runner,

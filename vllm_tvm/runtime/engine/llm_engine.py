@@ -37,7 +37,7 @@ from vllm_tvm.runtime.engine.sequence import (
 )
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
-from vllm_tvm.runtime.model.batch import ForwardBatch, prepare_batch, run_forward
+from vllm_tvm.runtime.model.batch import ForwardBatch, ForwardRunner, prepare_batch, run_forward
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.device_sampling import device_sampling_enabled
@@ -50,8 +50,10 @@ from vllm_tvm.runtime.sampling.dispatch import (
 from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
 from vllm_tvm.runtime.sampling.sampler import Sampler, prompt_logprobs
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
-from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer
+from vllm_tvm.runtime.speculative.head_proposer import HeadProposer
+from vllm_tvm.runtime.speculative.proposers import proposer_for
 from vllm_tvm.runtime.speculative.speculator import Speculator, VerifyStep
+from vllm_tvm.runtime.speculative.target_hidden import HiddenCapturingRunner
 from vllm_tvm.runtime.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -76,8 +78,8 @@ class LLMEngine:
         """Drive `runner`, whose KV cache must hold `cache_config`'s pool, `max_num_seqs`
         sequences per forward and a prefill chunk of the step's token budget. `tokenizer`
         None: token-id prompts only, no text in the outputs. `speculative_config` None:
-        every decode step computes one token per sequence; method `draft_model` drafts with
-        `draft_runner`."""
+        every decode step computes one token per sequence; methods `draft_model`, `eagle` and
+        `mtp` draft with `draft_runner` (a draft model, an EAGLE head, an MTP layer)."""
         runner.kv_config.check_holds(
             scheduler_config.max_num_seqs,
             scheduler_config.max_num_batched_tokens,
@@ -96,13 +98,12 @@ class LLMEngine:
         self.sampler = Sampler(logprobs_mode=logprobs_mode, eos_token_ids=eos_token_ids, seed=seed)
         self.sampling = SamplingDispatch(self.sampler, device_sampling_enabled())
         self.speculator: Speculator | None = None
+        self._forward_runner: ForwardRunner = runner
         if speculative_config is not None:
             self.metrics.enable_spec_decode(speculative_config.num_speculative_tokens)
-            draft = None
-            if speculative_config.method == "draft_model":
-                if draft_runner is None:
-                    raise ValueError("speculative method 'draft_model' needs the draft's runner")
-                draft = DraftModelProposer(draft_runner, self.sampler)
+            draft = proposer_for(speculative_config, runner, draft_runner, self.sampler)
+            if isinstance(draft, HeadProposer):
+                self._forward_runner = HiddenCapturingRunner(runner, draft.store)
             self.speculator = Speculator(
                 speculative_config,
                 self.block_manager,
@@ -248,7 +249,7 @@ class LLMEngine:
         verify = self.speculator.plan(scheduled) if self.speculator else None
         batch = prepare_batch(scheduled) if verify is None else verify.batch
         try:
-            logits = run_forward(self.runner, batch)
+            logits = run_forward(self._forward_runner, batch)
             self._record_prompt_logprobs(batch, logits)
         except Exception as err:  # the batch's KV is unusable: fail its sequences
             logger.exception("forward failed; failing %d sequences", len(scheduled))
@@ -341,9 +342,9 @@ class LLMEngine:
         self._release(seq)
 
     def _release(self, seq: EngineSequence) -> None:
-        self.scheduler.remove(seq)
         if self.speculator is not None:
             self.speculator.forget(seq)
+        self.scheduler.remove(seq)
         assert seq.finish_reason is not None and seq.finished_time is not None
         decode = (
             seq.last_token_time - seq.first_token_time

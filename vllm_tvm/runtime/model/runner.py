@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
+from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
 from vllm_tvm.kernels import load_artifact_extensions
 from vllm_tvm.runtime.devices import DEVICES, target_kind_for
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
@@ -26,7 +27,7 @@ from vllm_tvm.runtime.model.cpu_threads import (
     prepare_cpu_pool,
 )
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
-from vllm_tvm.runtime.weights.loader import load_params, open_weights
+from vllm_tvm.runtime.weights.loader import load_params, open_weights, to_dtype
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -176,9 +177,13 @@ class ModelRunner:
         self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
         self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
 
-    def _embed_tokens(self, token_ids: Sequence[int]) -> Any:
-        ids = self._tvm.runtime.tensor(np.asarray(token_ids, dtype=np.int32), self.device)
-        return self._embed(ids, self.params)
+    def embed_tokens(self, token_ids: Sequence[int]) -> Any:
+        """The embeddings [n, hidden] of `token_ids`, on the device."""
+        return self._embed(self.to_device(np.asarray(token_ids, dtype=np.int32)), self.params)
+
+    def to_device(self, array: np.ndarray) -> Any:
+        """`array` copied to the runner's device."""
+        return self._tvm.runtime.tensor(array, self.device)
 
     def _device_logits(self, logits: Any, rows: int) -> DeviceLogits:
         return DeviceLogits(
@@ -206,6 +211,18 @@ class ModelRunner:
             positions = np.asarray(logit_positions, dtype=np.int32)
         return lengths, positions, [token for chunk in chunks for token in chunk]
 
+    def _ragged_mode(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> str:
+        """The compiled forward a ragged batch runs: a latent-attention model's cache appends
+        one-token steps before attention, so only `decode` reads those right, and a prefill
+        over sequences with cached tokens is its `extend`; every other model `prefill`."""
+        if self._extend is None:
+            return "prefill"
+        if all(length == 1 for length in lengths):
+            return "decode"
+        if any(self.kv_cache.sequence_length(seq_id) for seq_id in seq_ids):
+            return "extend"
+        return "prefill"
+
     def prefill_logits(
         self,
         seq_ids: Sequence[int],
@@ -220,28 +237,79 @@ class ModelRunner:
         the scheduler splits longer work into several calls.
         """
         lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
-        total = len(flat)
-        if self._extend is not None and all(length == 1 for length in lengths):
-            # The cache appends one-token steps before attention: only `decode` reads it right.
+        mode = self._ragged_mode(seq_ids, lengths)
+        if mode == "decode":
             rows = self.decode_logits(seq_ids, flat)
             if np.array_equal(positions, np.arange(len(lengths))):
                 return rows
-            selected = self._tvm.runtime.tensor(rows.numpy()[positions], self.device)
-            return self._device_logits(selected, len(positions))
-        forward = self._prefill
-        if self._extend is not None and any(self.kv_cache.sequence_length(s) for s in seq_ids):
-            forward = self._extend
-        hidden = self._embed_tokens(flat)._create_view((1, total, self.hidden_size))
-        positions_on_device = self._tvm.runtime.tensor(positions, self.device)
+            return self._device_logits(self.to_device(rows.numpy()[positions]), len(positions))
+        forward = self._extend if mode == "extend" else self._prefill
+        hidden = self.embed_tokens(flat)._create_view((1, len(flat), self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, lengths)
-        logits, _ = forward(hidden, positions_on_device, self.kv_cache.handle, self.params)
+        logits, _ = forward(hidden, self.to_device(positions), self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
         return self._device_logits(logits, len(positions))
+
+    def run_ragged(
+        self,
+        seq_ids: Sequence[int],
+        chunks: Sequence[Sequence[int]],
+        logit_positions: Sequence[int] | None,
+        suffix: str = "",
+        input_hidden: np.ndarray | None = None,
+        zeroed_rows: Sequence[int] = (),
+    ) -> tuple[DeviceLogits, np.ndarray, np.ndarray]:
+        """One ragged forward through the compiled `{mode}{suffix}` that returns hidden
+        states next to the logits; `input_hidden` [tokens, hidden] goes in after the
+        embeddings (their rows `zeroed_rows` zeroed) when the function takes it. The logits
+        rows at the positions, every hidden row the function returned [rows, hidden] (at the
+        positions, or of every token), and the int32 positions."""
+        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
+        mode = self._ragged_mode(seq_ids, lengths)
+        shape = (
+            (len(flat), 1, self.hidden_size)
+            if mode == "decode"
+            else (1, len(flat), self.hidden_size)
+        )
+        embeddings = self.embed_tokens(flat)
+        if zeroed_rows:
+            host = embeddings.numpy()
+            host[list(zeroed_rows)] = 0
+            embeddings = self.to_device(host)
+        inputs = [embeddings._create_view(shape)]
+        if input_hidden is not None:
+            typed = to_dtype(input_hidden, self.manifest.dtype)
+            inputs.append(self.to_device(np.ascontiguousarray(typed).reshape(shape)))
+        if mode != "decode":
+            inputs.append(self.to_device(positions))
+        self.kv_cache.begin_forward(seq_ids, lengths)
+        logits, hidden, _ = self.vm[mode + suffix](*inputs, self.kv_cache.handle, self.params)
+        self.kv_cache.end_forward()
+        if mode == "decode":
+            logits = self.to_device(logits.numpy().reshape(-1, self.vocab_size)[positions])
+        rows = self._device_logits(logits, len(positions))
+        return rows, hidden.numpy().reshape(-1, self.hidden_size), positions
+
+    def prefill_with_hidden(
+        self,
+        seq_ids: Sequence[int],
+        chunks: Sequence[Sequence[int]],
+        logit_positions: Sequence[int] | None = None,
+    ) -> tuple[DeviceLogits, np.ndarray]:
+        """`prefill_logits` through the artifact's hidden-states functions, and the
+        final-norm hidden states of every token of the chunks [total, hidden] on the host."""
+        if HIDDEN_STATES_FUNCTION not in self.manifest.functions:
+            raise ArtifactError(
+                f"the artifact has no {HIDDEN_STATES_FUNCTION!r}: build it for drafting from "
+                "hidden states (EAGLE, MTP)"
+            )
+        logits, hidden, _ = self.run_ragged(seq_ids, chunks, logit_positions, HIDDEN_SUFFIX)
+        return logits, hidden
 
     def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
         """One new token per sequence; the logits [batch, vocab] after it, on the device."""
         batch = len(seq_ids)
-        hidden = self._embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
+        hidden = self.embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, [1] * batch)
         forward = self._decode_single if batch == 1 else self._decode
         logits, _ = forward(hidden, self.kv_cache.handle, self.params)

@@ -10,8 +10,9 @@ both 5, as in vLLM) and `model` (the draft or head checkpoint; `model` without `
 means a draft model, as in vLLM). Methods this engine does not run yet and every other vLLM
 key are refused by name, so a configuration is never silently half applied.
 
-A draft model is compiled like the target (same target, same dtype); `draft_artifact` is
-that build, None until the entry point resolves it (as `EngineArgs.artifact`), never JSON.
+A draft model or an EAGLE head (`eagle`) is compiled like the target (same target, same
+dtype); `draft_artifact` is that build, None until the entry point resolves it (as
+`EngineArgs.artifact`), never JSON.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from typing import Any
 METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 """Every method vLLM's `method` key names."""
 
-BUILT_METHODS = ("ngram", "draft_model")
+BUILT_METHODS = ("ngram", "draft_model", "eagle", "mtp")
 """The methods this engine runs; the others of METHODS are refused by name."""
+
+MODEL_METHODS = {"draft_model": "draft", "eagle": "EAGLE head", "mtp": "MTP layer"}
+"""The methods that draft with a model of their own, and what it is; all but `mtp` (whose
+layers are the target checkpoint's unless `model` names another) need its `model` path."""
 
 DEFAULT_PROMPT_LOOKUP = 5
 """vLLM's n-gram length when neither `prompt_lookup_min` nor `prompt_lookup_max` is given."""
@@ -36,8 +41,8 @@ KEYS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_
 class SpeculativeConfig:
     """How decode steps propose tokens: `method`, up to `num_speculative_tokens` per step
     verified in one forward; n-gram lookup matches the last `prompt_lookup_max` down to
-    `prompt_lookup_min` tokens earlier in the sequence; a draft model (`model`, compiled as
-    `draft_artifact`) decodes the drafts itself."""
+    `prompt_lookup_min` tokens earlier in the sequence; a draft model or EAGLE head
+    (`model`, compiled as `draft_artifact`) decodes the drafts itself."""
 
     method: str
     num_speculative_tokens: int
@@ -69,8 +74,11 @@ class SpeculativeConfig:
             raise ValueError(
                 f"speculative method 'ngram' takes no draft model (got model {self.model!r})"
             )
-        if self.method == "draft_model" and not self.model:
-            raise ValueError("speculative method 'draft_model' needs the draft's 'model' path")
+        if self.method in MODEL_METHODS and self.method != "mtp" and not self.model:
+            raise ValueError(
+                f"speculative method {self.method!r} needs the {MODEL_METHODS[self.method]}'s "
+                "'model' path"
+            )
 
     @classmethod
     def from_json(cls, value: str | dict[str, Any]) -> SpeculativeConfig:

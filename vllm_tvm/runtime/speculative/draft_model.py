@@ -45,6 +45,14 @@ class DraftProposal(NamedTuple):
     probs: np.ndarray | None
 
 
+class CatchUpChunk(NamedTuple):
+    """Tokens fed to `seq`'s draft KV sequence from its position `start` on."""
+
+    seq: EngineSequence
+    start: int
+    token_ids: list[int]
+
+
 @dataclass
 class _DraftSequence:
     """One engine sequence in the draft cache: its first `num_committed` tokens, then the
@@ -71,6 +79,10 @@ class DraftModelProposer:
 
     def forget(self, seq: EngineSequence) -> None:
         """Drop `seq`'s KV sequence from the draft cache (when it ends)."""
+        self._evict(seq)
+
+    def _evict(self, seq: EngineSequence) -> None:
+        """Drop `seq`'s KV sequence from the draft cache (it catches up when drafted)."""
         state = self._states.pop(seq, None)
         if state is not None:
             self.runner.kv_cache.remove_sequence(state.kv_id)
@@ -99,10 +111,8 @@ class DraftModelProposer:
             live = [(seq, room) for seq, room in live if room > len(drafted[seq])]
             if not live:
                 break
-            for seq, _ in live:
-                self._states[seq].fed.append(drafted[seq][-1])
-            logits = self.runner.decode(
-                [self._states[seq].kv_id for seq, _ in live], [drafted[seq][-1] for seq, _ in live]
+            logits = self._feed_drafts(
+                [seq for seq, _ in live], [drafted[seq][-1] for seq, _ in live]
             )
         return [
             DraftProposal(drafted[seq], _stacked(probs[seq])) if seq in drafted else _NONE
@@ -141,7 +151,7 @@ class DraftModelProposer:
         if sum(pages) > cache.available_pages():
             drafted = {seq for seq, _ in requests}
             for idle in [seq for seq in self._states if seq not in drafted]:
-                self.forget(idle)
+                self._evict(idle)
         free = cache.available_pages()
         for index, needed in enumerate(pages):
             if rooms[index] <= 0 or needed > free:
@@ -158,36 +168,49 @@ class DraftModelProposer:
         held = self._states[seq].num_committed
         return -(-(seq.num_tokens + room - 1) // size) - -(-held // size)
 
+    def _feed_drafts(self, seqs: list[EngineSequence], token_ids: list[int]) -> np.ndarray:
+        """Feed each sequence its last draft; the logits after it (a row per sequence)."""
+        for seq, token_id in zip(seqs, token_ids, strict=True):
+            self._states[seq].fed.append(token_id)
+        return self.runner.decode([self._states[seq].kv_id for seq in seqs], token_ids)
+
+    def _pending(self, seq: EngineSequence) -> list[int]:
+        """The tokens of `seq` its draft KV sequence still lacks."""
+        return seq.token_ids[self._states[seq].num_committed :]
+
     def _catch_up(self, seqs: list[EngineSequence]) -> np.ndarray:
         """Feed each sequence's tokens missing from the draft cache; the logits after each
         sequence's last token (a row per sequence, in order)."""
         chunk_size = self.runner.kv_config.prefill_chunk_size
-        pending = [
-            (index, seq.token_ids[self._states[seq].num_committed :])
-            for index, seq in enumerate(seqs)
-        ]
+        pending = [(index, self._pending(seq)) for index, seq in enumerate(seqs)]
         rows = np.empty((len(seqs), self.runner.vocab_size), dtype=np.float32)
         while pending:
-            kv_ids, chunks, finishing, positions = [], [], [], []
+            parts: list[CatchUpChunk] = []
+            finishing, positions = [], []
             room, offset = chunk_size, 0
             while pending and room:
                 index, tokens = pending[0]
                 chunk = tokens[:room]
-                kv_ids.append(self._states[seqs[index]].kv_id)
-                chunks.append(chunk)
+                state = self._states[seqs[index]]
+                parts.append(CatchUpChunk(seqs[index], state.num_committed, chunk))
                 offset += len(chunk)
                 room -= len(chunk)
-                self._states[seqs[index]].num_committed += len(chunk)
+                state.num_committed += len(chunk)
                 if len(chunk) == len(tokens):
                     finishing.append(index)
                     positions.append(offset - 1)
                     pending.pop(0)
                 else:
                     pending[0] = (index, tokens[len(chunk) :])
-            logits = self.runner.prefill(kv_ids, chunks, positions or [offset - 1])
+            logits = self._prefill(parts, positions or [offset - 1])
             if finishing:
                 rows[finishing] = logits
         return rows
+
+    def _prefill(self, parts: list[CatchUpChunk], positions: list[int]) -> np.ndarray:
+        """One ragged draft forward over `parts`; the logits rows at `positions`."""
+        kv_ids = [self._states[part.seq].kv_id for part in parts]
+        return self.runner.prefill(kv_ids, [part.token_ids for part in parts], positions)
 
     def _choose(self, seq: EngineSequence, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
         """The draft after `logits` for `seq`'s request, and q when it was drawn."""

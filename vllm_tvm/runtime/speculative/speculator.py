@@ -7,8 +7,9 @@ a chunk [last token, draft 1 .. draft k] of the ragged prefill, with logits at a
 positions (`logit_positions`), so the model scores every draft at once. The engine then
 commits the accepted drafts and one more token (verify.py), and the KV cache drops what
 the model computed for the rejected drafts (`BlockManager.drop_last_tokens`). Drafts come
-from n-gram lookup (ngram.py), row by row, or from a draft model (draft_model.py), which
-decodes the drafts of all rows together before the verify forward.
+from n-gram lookup (ngram.py), row by row, or from a draft model (draft_model.py), an EAGLE
+head or an MTP layer (head_proposer.py), which decodes the drafts of all rows together before the
+verify forward.
 
 What may be drafted, so that nothing a request asked for changes:
 - decode rows after the first output token (a prompt chunk or prompt logprobs need their
@@ -42,6 +43,7 @@ from vllm_tvm.runtime.sampling.dispatch import SamplingDispatch, failure_message
 from vllm_tvm.runtime.speculative.backoff import DraftBackoff
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer, DraftProposal
+from vllm_tvm.runtime.speculative.head_proposer import HeadProposer
 from vllm_tvm.runtime.speculative.ngram import NgramProposer
 from vllm_tvm.runtime.speculative.verify import Verified, verify_greedy, verify_on_host
 
@@ -107,6 +109,8 @@ class Speculator:
         """The step's forward with drafts (their blocks reserved); None when no row gets
         any, and the step runs as it would without speculation."""
         budget = self.token_budget - sum(item.num_tokens for item in scheduled)
+        if isinstance(self.draft, HeadProposer):
+            self.draft.note_scheduled(item.seq for item in scheduled)
         if self.draft is None:
             proposals = self._ngram_proposals(scheduled, budget)
         else:

@@ -31,7 +31,7 @@ class WeightMismatchError(ValueError):
     """A checkpoint whose tensors do not fit the artifact."""
 
 
-def _numpy_dtype(name: str) -> np.dtype:
+def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype of an artifact dtype; ml_dtypes is imported for bfloat16 alone, so a
     start that loads none does not pay for its extension."""
     if name == "bfloat16":
@@ -67,8 +67,9 @@ def open_weights(model_path: str | Path, quantization: str | None = None) -> Wei
     return GroupQuantizedWeights(source, quantization)
 
 
-def _to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
-    target = _numpy_dtype(dtype)
+def to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    """`array` in the artifact dtype `dtype` (bfloat16 rounded to nearest even)."""
+    target = numpy_dtype(dtype)
     if array.dtype == target:
         return array
     if array.dtype.name == "bfloat16" or target.name == "bfloat16":
@@ -97,7 +98,7 @@ def assemble_param(
             f"checkpoint has no tensor '{missing[0]}' (needed for parameter {entry.name})"
         )
     read = read or source.get
-    parts = [_to_dtype(np.asarray(read(name)), entry.dtype) for name in entry.sources]
+    parts = [to_dtype(np.asarray(read(name)), entry.dtype) for name in entry.sources]
     array = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=entry.concat_axis)
     if list(array.shape) != entry.shape:
         raise WeightMismatchError(
