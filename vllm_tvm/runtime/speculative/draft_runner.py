@@ -38,13 +38,7 @@ def load_draft_runner(
             "(LLM and the command line compile the draft like the target)"
         )
     draft_manifest = read_manifest(Path(config.draft_artifact))
-    for name in ("target", "dtype"):
-        draft_value, target_value = getattr(draft_manifest, name), getattr(target.manifest, name)
-        if draft_value != target_value:
-            raise ValueError(
-                f"the draft model {config.model!r} was built with {name} {draft_value!r}, the "
-                f"target with {target_value!r}: a draft must be built like its target"
-            )
+    check_built_like_target(draft_manifest, target, f"the draft model {config.model!r}", "draft")
     draft_vocab = int(draft_manifest.model_config["vocab_size"])
     if draft_vocab != target.vocab_size:
         raise ValueError(
@@ -53,18 +47,40 @@ def load_draft_runner(
         )
     assert config.model is not None
     check_same_tokenizer(Path(config.model), target_model)
-    page_size = target.kv_config.page_size
     return ModelRunner(
         config.draft_artifact,
         config.model,
         device=device,
-        max_batch_size=max_num_seqs,
-        prefill_chunk_size=target.kv_config.prefill_chunk_size,
         show_progress=show_progress,
-        max_total_seq_len=pool_tokens
-        + max_num_seqs * (config.num_speculative_tokens + 2 * page_size),
         params=params,
+        **proposer_cache_sizes(config, target, max_num_seqs, pool_tokens),
     )
+
+
+def check_built_like_target(manifest: Any, target: ModelRunner, what: str, noun: str) -> None:
+    """Refuse a proposer (`what`, e.g. "the draft model 'x'") built for another target or
+    dtype than the target's artifact."""
+    for name in ("target", "dtype"):
+        value, target_value = getattr(manifest, name), getattr(target.manifest, name)
+        if value != target_value:
+            raise ValueError(
+                f"{what} was built with {name} {value!r}, the target with {target_value!r}: "
+                f"a {noun} must be built like its target"
+            )
+
+
+def proposer_cache_sizes(
+    config: SpeculativeConfig, target: ModelRunner, max_num_seqs: int, pool_tokens: int
+) -> dict[str, int]:
+    """A proposer's KV cache: the target's pool plus room for each sequence's drafts (and a
+    page either side of them), the target's prefill chunk, `max_num_seqs` sequences."""
+    page_size = target.kv_config.page_size
+    return {
+        "max_batch_size": max_num_seqs,
+        "prefill_chunk_size": target.kv_config.prefill_chunk_size,
+        "max_total_seq_len": pool_tokens
+        + max_num_seqs * (config.num_speculative_tokens + 2 * page_size),
+    }
 
 
 def check_same_tokenizer(draft_model: Path, target_model: Path) -> None:

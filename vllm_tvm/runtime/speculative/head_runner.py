@@ -25,6 +25,7 @@ from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES, HIDDEN_STAT
 from vllm_tvm.checkpoints.weight_formats import FLOAT
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
+from vllm_tvm.runtime.speculative.draft_runner import check_built_like_target, proposer_cache_sizes
 from vllm_tvm.runtime.weights.loader import (
     WeightMismatchError,
     load_params,
@@ -97,24 +98,14 @@ def load_head_runner(
         )
     manifest = read_manifest(Path(config.draft_artifact))
     check_head_fits(config, manifest.architecture, manifest.model_config, target)
-    for name in ("target", "dtype"):
-        if getattr(manifest, name) != getattr(target.manifest, name):
-            raise ValueError(
-                f"the {config.method} head {config.model!r} was built with {name} "
-                f"{getattr(manifest, name)!r}, the target with "
-                f"{getattr(target.manifest, name)!r}: a head must be built like its target"
-            )
-    page_size = target.kv_config.page_size
+    check_built_like_target(manifest, target, f"the {config.method} head {config.model!r}", "head")
     return HeadRunner(
         config.draft_artifact,
         config.model,
         device=device,
-        max_batch_size=max_num_seqs,
-        prefill_chunk_size=target.kv_config.prefill_chunk_size,
         show_progress=show_progress,
-        max_total_seq_len=pool_tokens
-        + max_num_seqs * (config.num_speculative_tokens + 2 * page_size),
         params=_head_params(manifest.params, Path(config.model), target, show_progress),
+        **proposer_cache_sizes(config, target, max_num_seqs, pool_tokens),
     )
 
 
