@@ -14,10 +14,13 @@ same signature and results:
   schedules/vector_math.py vectorised over the block's keys, and the values are accumulated
   vectorised over the head dimension.
 
-Sliding-window layers keep TVM's kernel (their key ranges have a sink and an offset); RoPE is
-applied before attention by the cache, and an inline-RoPE call (`rotary_mode` 1) is refused
-by an assertion, as in schedules/cpu_attention.py. `replace_cpu_paged_decode(cap)` swaps the
-kernel into a model's module on `llvm` targets when the head dimension is a multiple of VECTOR.
+The attention of one sequence's query vectors over its pages is `attend_pages`, a TIR macro
+that the paged-prefill kernel (schedules/cpu_paged_prefill_attention.py) runs for each of its
+query rows. Sliding-window layers keep TVM's kernel (their key ranges have a sink and an
+offset); RoPE is applied before attention by the cache, and an inline-RoPE call
+(`rotary_mode` 1) is refused by an assertion, as in schedules/cpu_attention.py.
+`replace_cpu_paged_decode(cap)` swaps the kernel into a model's module on `llvm` targets when
+the head dimension is a multiple of VECTOR.
 """
 
 from __future__ import annotations
