@@ -25,6 +25,7 @@ from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
 from vllm_tvm.compiler.sliding_window_kernel import repair_sliding_window_prefill
 from vllm_tvm.schedules.cpu_attention import replace_cpu_ragged_prefill
 from vllm_tvm.schedules.cpu_decode_attention import replace_cpu_paged_decode
+from vllm_tvm.schedules.cpu_paged_prefill_attention import replace_cpu_paged_prefill
 from vllm_tvm.schedules.rules import schedule_passes
 
 
@@ -99,14 +100,15 @@ def lowering_pipeline(
     """Phase 2: the module pass that lowers a model's library for `target` (its attention
     scores soft-capped at `attn_logit_softcapping` when set)."""
     passes: list[tvm.transform.Pass] = [
-        # TVM's CPU kernels for a prompt attending to itself and for decode run on one
-        # thread with scalar math: ours are parallel and vectorised (cpu_attention.py,
-        # cpu_decode_attention.py).
+        # TVM's CPU kernels for a prompt attending to itself, for new rows over cached pages
+        # and for decode run on one thread with scalar math: ours are parallel and vectorised
+        # (cpu_attention.py, cpu_paged_prefill_attention.py, cpu_decode_attention.py).
         *(
             []
             if _is_gpu(target)
             else [
                 replace_cpu_ragged_prefill(attn_logit_softcapping),
+                replace_cpu_paged_prefill(attn_logit_softcapping),
                 replace_cpu_paged_decode(attn_logit_softcapping),
             ]
         ),

@@ -14,13 +14,18 @@ same signature and results:
   schedules/vector_math.py vectorised over the block's keys, and the values are accumulated
   vectorised over the head dimension.
 
-Sliding-window layers keep TVM's kernel (their key ranges have a sink and an offset); RoPE is
-applied before attention by the cache, and an inline-RoPE call (`rotary_mode` 1) is refused
-by an assertion, as in schedules/cpu_attention.py. `replace_cpu_paged_decode(cap)` swaps the
-kernel into a model's module on `llvm` targets when the head dimension is a multiple of VECTOR.
+The attention of one sequence's query vectors over its pages is `attend_pages`, a TIR macro
+that the paged-prefill kernel (schedules/cpu_paged_prefill_attention.py) runs for each of its
+query rows. Sliding-window layers keep TVM's kernel (their key ranges have a sink and an
+offset); RoPE is applied before attention by the cache, and an inline-RoPE call
+(`rotary_mode` 1) is refused by an assertion, as in schedules/cpu_attention.py.
+`replace_cpu_paged_decode(cap)` swaps the kernel into a model's module on `llvm` targets when
+the head dimension is a multiple of VECTOR.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import tvm
 from tvm.script import tirx as T
@@ -44,6 +49,67 @@ that weighs nothing once a real key is seen, and gives an empty sequence zeros a
 NO_SCORE. Kept, for the same results."""
 
 
+def attend_pages(group: int, d: int, page_size: int, softcap: float | None) -> Callable[..., None]:
+    """The TIR macro attending `group` query vectors (in `queries`, log2-scaled) of one
+    key/value head `hk` over the first `n_keys` keys of a sequence whose pages start at
+    `first_page` of the page table: the softmax numerators summed into `acc`, the maximum and
+    denominator into `running_max` and `denominator` (scratch: `scores`, `partial`,
+    `block_max`). Shared by the paged decode and paged prefill kernels."""
+
+    @T.macro
+    def attend(
+        queries, scores, acc, partial, running_max, block_max, denominator,
+        pages, page_values, first_page, n_keys, hk,
+    ):  # fmt: skip
+        for g, c in T.grid(group, d):
+            acc[g, c] = T.float32(0)
+        for g in T.serial(group):
+            running_max[g] = T.float32(NO_SCORE)
+            denominator[g] = T.float32(_PHANTOM_DENOMINATOR)
+        for block in T.serial(T.ceildiv(n_keys, KEY_BLOCK)):
+            start = T.Bind(block * KEY_BLOCK)
+            present = T.Bind(T.min(KEY_BLOCK, n_keys - start))
+            for j in T.serial(present):
+                page = T.Bind(page_values[first_page + (start + j) // page_size])
+                for g in T.serial(group):
+                    for lane in T.vectorized(VECTOR):
+                        partial[lane] = T.float32(0)
+                    for co in T.serial(d // VECTOR):
+                        for lane in T.vectorized(VECTOR):
+                            partial[lane] += queries[g, co * VECTOR + lane] * as_f32(
+                                pages[page, 0, hk, (start + j) % page_size, co * VECTOR + lane]
+                            )
+                    # the lanes summed as a tree: four dependent additions, not 16
+                    for lane in T.vectorized(VECTOR // 2):
+                        partial[lane] += partial[lane + VECTOR // 2]
+                    for lane in T.vectorized(VECTOR // 4):
+                        partial[lane] += partial[lane + VECTOR // 4]
+                    for lane in T.vectorized(VECTOR // 8):
+                        partial[lane] += partial[lane + VECTOR // 8]
+                    scores[g, j] = soft_capped(partial[0] + partial[1], softcap)
+            for g in T.serial(group):
+                block_max[g] = running_max[g]
+                for j in T.serial(present):
+                    block_max[g] = T.max(block_max[g], scores[g, j])
+                denominator[g] = denominator[g] * vector_math.exp2(running_max[g] - block_max[g])
+                for c in T.vectorized(d):
+                    acc[g, c] = acc[g, c] * vector_math.exp2(running_max[g] - block_max[g])
+                running_max[g] = block_max[g]
+                for j in T.vectorized(KEY_BLOCK):
+                    scores[g, j] = vector_math.exp2(scores[g, j] - running_max[g])
+                for j in T.serial(present):
+                    denominator[g] = denominator[g] + scores[g, j]
+            for j in T.serial(present):
+                page = T.Bind(page_values[first_page + (start + j) // page_size])
+                for g in T.serial(group):
+                    for c in T.vectorized(d):
+                        acc[g, c] += scores[g, j] * as_f32(
+                            pages[page, 1, hk, (start + j) % page_size, c]
+                        )
+
+    return attend
+
+
 def paged_decode_cpu(
     h_kv: int, h_q: int, d: int, dtype: str, page_size: int, softcap: float | None = None
 ) -> tvm.tirx.PrimFunc:
@@ -52,6 +118,7 @@ def paged_decode_cpu(
     group = h_q // h_kv
     if d % VECTOR:
         raise ValueError(f"head dimension {d} is not a multiple of {VECTOR}")
+    attend = attend_pages(group, d, page_size, softcap)
 
     @T.prim_func(s_tir=True)
     def batch_decode_paged_kv(
@@ -108,54 +175,10 @@ def paged_decode_cpu(
                 )
                 for g, c in T.grid(group, d):
                     queries[g, c] = as_f32(q[b, hk * group + g, c]) * sm_scale * T.float32(LOG2E)
-                    acc[g, c] = T.float32(0)
-                for g in T.serial(group):
-                    running_max[g] = T.float32(NO_SCORE)
-                    denominator[g] = T.float32(_PHANTOM_DENOMINATOR)
-                for block in T.serial(T.ceildiv(n_keys, KEY_BLOCK)):
-                    start = T.Bind(block * KEY_BLOCK)
-                    present = T.Bind(T.min(KEY_BLOCK, n_keys - start))
-                    for j in T.serial(present):
-                        page = T.Bind(page_values[first_page + (start + j) // page_size])
-                        for g in T.serial(group):
-                            for lane in T.vectorized(VECTOR):
-                                partial[lane] = T.float32(0)
-                            for co in T.serial(d // VECTOR):
-                                for lane in T.vectorized(VECTOR):
-                                    partial[lane] += queries[g, co * VECTOR + lane] * as_f32(
-                                        pages[
-                                            page, 0, hk, (start + j) % page_size, co * VECTOR + lane
-                                        ]
-                                    )
-                            # the lanes summed as a tree: four dependent additions, not 16
-                            for lane in T.vectorized(VECTOR // 2):
-                                partial[lane] += partial[lane + VECTOR // 2]
-                            for lane in T.vectorized(VECTOR // 4):
-                                partial[lane] += partial[lane + VECTOR // 4]
-                            for lane in T.vectorized(VECTOR // 8):
-                                partial[lane] += partial[lane + VECTOR // 8]
-                            scores[g, j] = soft_capped(partial[0] + partial[1], softcap)
-                    for g in T.serial(group):
-                        block_max[g] = running_max[g]
-                        for j in T.serial(present):
-                            block_max[g] = T.max(block_max[g], scores[g, j])
-                        denominator[g] = denominator[g] * vector_math.exp2(
-                            running_max[g] - block_max[g]
-                        )
-                        for c in T.vectorized(d):
-                            acc[g, c] = acc[g, c] * vector_math.exp2(running_max[g] - block_max[g])
-                        running_max[g] = block_max[g]
-                        for j in T.vectorized(KEY_BLOCK):
-                            scores[g, j] = vector_math.exp2(scores[g, j] - running_max[g])
-                        for j in T.serial(present):
-                            denominator[g] = denominator[g] + scores[g, j]
-                    for j in T.serial(present):
-                        page = T.Bind(page_values[first_page + (start + j) // page_size])
-                        for g in T.serial(group):
-                            for c in T.vectorized(d):
-                                acc[g, c] += scores[g, j] * as_f32(
-                                    pages[page, 1, hk, (start + j) % page_size, c]
-                                )
+                attend(
+                    queries, scores, acc, partial, running_max, block_max, denominator,
+                    pages, page_values, first_page, n_keys, hk,
+                )  # fmt: skip
                 for g in T.serial(group):
                     for c in T.vectorized(d):
                         output[b, hk * group + g, c] = T.Cast(dtype, acc[g, c] / denominator[g])
