@@ -187,23 +187,31 @@ def paged_decode_cpu(
     return batch_decode_paged_kv
 
 
-def _paged_decode_for(stock: tvm.tirx.PrimFunc, softcap: float | None) -> tvm.tirx.PrimFunc | None:
-    """`paged_decode_cpu` for the shapes of TVM's kernel `stock`, None where unsupported."""
-    q, pages = stock.params[0], stock.params[1]  # buffers, by signature
-    h_q, d = int(q.shape[1]), int(q.shape[2])
-    h_kv, page_size = int(pages.shape[2]), int(pages.shape[3])
-    if d % VECTOR or int(pages.shape[4]) != d:
-        return None
-    return paged_decode_cpu(h_kv, h_q, d, str(q.dtype), page_size, softcap)
+PagedBuilder = Callable[[int, int, int, str, int, "float | None"], tvm.tirx.PrimFunc]
+"""(h_kv, h_q, head_dim, dtype, page_size, softcap) -> a paged attention kernel of ours."""
+
+
+def paged_kernel_swap(
+    symbol: str, pages_param: int, build: PagedBuilder, softcap: float | None, name: str
+) -> tvm.transform.Pass:
+    """The pass swapping TVM's paged-attention kernel `symbol` (its KV pages the parameter at
+    `pages_param`) for `build`'s kernel of the same shapes, its scores soft-capped at
+    `softcap` when set; head dims not a multiple of the vector width keep TVM's."""
+
+    def ours(stock: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc | None:
+        q, pages = stock.params[0], stock.params[pages_param]  # buffers, by signature
+        h_q, d = int(q.shape[1]), int(q.shape[2])
+        h_kv, page_size = int(pages.shape[2]), int(pages.shape[3])
+        if d % VECTOR or int(pages.shape[4]) != d:
+            return None
+        return build(h_kv, h_q, d, str(q.dtype), page_size, softcap)
+
+    return tvm.transform.module_pass(
+        lambda mod, _ctx: swap_kernel(mod, symbol, ours), opt_level=0, name=name
+    )
 
 
 def replace_cpu_paged_decode(softcap: float | None = None) -> tvm.transform.Pass:
     """The pass swapping TVM's CPU paged-decode kernel for `paged_decode_cpu` where the shapes
     allow, its scores soft-capped at `softcap` when set."""
-    return tvm.transform.module_pass(
-        lambda mod, _ctx: swap_kernel(
-            mod, DECODE_SYMBOL, lambda stock: _paged_decode_for(stock, softcap)
-        ),
-        opt_level=0,
-        name="ReplaceCPUPagedDecode",
-    )
+    return paged_kernel_swap(DECODE_SYMBOL, 1, paged_decode_cpu, softcap, "ReplaceCPUPagedDecode")

@@ -27,8 +27,13 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
-from vllm_tvm.schedules.cpu_attention import LOG2E, as_f32, swap_kernel
-from vllm_tvm.schedules.cpu_decode_attention import KEY_BLOCK, VECTOR, attend_pages
+from vllm_tvm.schedules.cpu_attention import LOG2E, as_f32
+from vllm_tvm.schedules.cpu_decode_attention import (
+    KEY_BLOCK,
+    VECTOR,
+    attend_pages,
+    paged_kernel_swap,
+)
 
 PREFILL_SYMBOL = "batch_prefill_paged_kv_cpu"
 """TVM's CPU paged-prefill kernel's global symbol (without a sliding window)."""
@@ -125,23 +130,9 @@ def paged_prefill_cpu(
     return batch_prefill_paged_kv
 
 
-def _paged_prefill_for(stock: tvm.tirx.PrimFunc, softcap: float | None) -> tvm.tirx.PrimFunc | None:
-    """`paged_prefill_cpu` for the shapes of TVM's kernel `stock`, None where unsupported."""
-    q, pages = stock.params[0], stock.params[2]  # buffers, by signature
-    h_q, d = int(q.shape[1]), int(q.shape[2])
-    h_kv, page_size = int(pages.shape[2]), int(pages.shape[3])
-    if d % VECTOR or int(pages.shape[4]) != d:
-        return None
-    return paged_prefill_cpu(h_kv, h_q, d, str(q.dtype), page_size, softcap)
-
-
 def replace_cpu_paged_prefill(softcap: float | None = None) -> tvm.transform.Pass:
     """The pass swapping TVM's CPU paged-prefill kernel for `paged_prefill_cpu` where the
     shapes allow, its scores soft-capped at `softcap` when set."""
-    return tvm.transform.module_pass(
-        lambda mod, _ctx: swap_kernel(
-            mod, PREFILL_SYMBOL, lambda stock: _paged_prefill_for(stock, softcap)
-        ),
-        opt_level=0,
-        name="ReplaceCPUPagedPrefill",
+    return paged_kernel_swap(
+        PREFILL_SYMBOL, 2, paged_prefill_cpu, softcap, "ReplaceCPUPagedPrefill"
     )
