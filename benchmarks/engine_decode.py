@@ -14,7 +14,8 @@ With `--batches 1 --input-len 128 --output-len 257`, decode_b1_tok_s is vLLM's b
 
 usage: python3 benchmarks/engine_decode.py --model CONFIG_DIR [--artifact A] [--device cuda]
            [--batches 32,64,256] [--input-len 1024] [--output-len 256] [--repeats 2]
-           [--max-num-batched-tokens 8192] [--num-blocks N] --out FILE.json
+           [--max-num-batched-tokens 8192] [--num-blocks N] [--no-async-scheduling]
+           --out FILE.json
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def decode_report(
         "block_size": engine.cache_config.block_size,
         "num_blocks": engine.cache_config.num_blocks,
         "prefix_caching": engine.cache_config.enable_prefix_caching,
+        "async_scheduling": engine.async_scheduling,
     }
     report |= {"host": host(), "versions": versions(), "loadavg": os.getloadavg()}
     return report
@@ -107,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--num-blocks", type=int)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the engine's async scheduling (default: the engine's, on for cuda)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     config = BenchConfig.from_options(
@@ -123,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         pretokenize=True,
         show_progress=False,
+        async_scheduling=args.async_scheduling,
     )
     config.validate()
     artifact = resolve_bench_artifact(config)

@@ -121,6 +121,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="which logits returned logprobs describe " + _default("logprobs_mode"),
     )
+    parser.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="launch each forward before the previous step's text and outputs are made, so "
+        "host work overlaps the device's (default on for cuda without speculation, off on cpu)",
+    )
     _int(parser, "--seed", "seed of unseeded sampling and of dummy weights")
     add_registry_arguments(parser)
     parser.add_argument(

@@ -63,7 +63,6 @@ NOT_IMPLEMENTED = (
     "--max-long-partial-prefills",
     "--long-prefill-token-threshold",
     "--preemption-mode",
-    "--async-scheduling",
     "--disable-sliding-window",
     "--rope-scaling",
     "--rope-theta",

@@ -22,7 +22,7 @@ from vllm_tvm.checkpoints.weight_formats import NATIVE
 from vllm_tvm.registry.resolve import RegistrySettings, registry_engine_args
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.engine.args import EngineArgs
-from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput, generate_all
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
 from vllm_tvm.runtime.engine.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS
@@ -230,3 +230,28 @@ class LLM:
     def reset_prefix_cache(self) -> bool:
         """Drop every cached prefix block; True on success."""
         return self.engine.reset_prefix_cache()
+
+
+def generate_all(
+    engine: LLMEngine,
+    prompts: Sequence[PromptInput],
+    params: Sequence[SamplingParams],
+    priorities: Sequence[int] | None = None,
+) -> list[RequestOutput]:
+    """Run requests to completion on `engine`, batched; outputs in prompt order.
+
+    Every request is validated before any is queued, so a bad one refuses the whole call.
+    """
+    priorities = priorities if priorities is not None else [0] * len(prompts)
+    requests = [
+        engine.make_request(prompt, param, None, priority, "final_only")
+        for prompt, param, priority in zip(prompts, params, priorities, strict=True)
+    ]
+    for request in requests:
+        engine.add(request)
+    finished: dict[str, RequestOutput] = {}
+    while len(finished) < len(requests):
+        for output in engine.step():
+            if output.finished:
+                finished[output.request_id] = output
+    return [finished[request.request_id] for request in requests]

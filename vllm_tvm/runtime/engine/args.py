@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 DEFAULT_NUM_BLOCKS = 256
 """KV blocks when the pool is sized neither by `num_blocks` nor from memory."""
 
+ASYNC_WITH_SPECULATION = (
+    "async_scheduling does not combine with speculative decoding in this engine; "
+    "leave it unset or off (--no-async-scheduling)"
+)
+
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 """The per-step token budget when `max_num_batched_tokens` is unset."""
 
@@ -55,6 +60,9 @@ class EngineArgs:
     into chunks sized from measured step times (scheduler.py, step_pacer.py); 0: no pacing,
     the token budget alone bounds a step. `tensor_parallel_size` > 1 splits a Llama-family
     model over that many ranks (model_defs/tensor_parallel.py; tensor_parallel_runner.py).
+    `async_scheduling` (vLLM's name) launches each forward before the previous one's text
+    and outputs are made, so host work overlaps the device's; None: on for CUDA without
+    speculation (`overlaps_steps`).
     """
 
     model: str | Path
@@ -80,6 +88,7 @@ class EngineArgs:
     show_progress: bool = True
     skip_tokenizer_init: bool = False
     speculative_config: SpeculativeConfig | None = None
+    async_scheduling: bool | None = None
 
     def __post_init__(self) -> None:
         # vLLM takes the speculative config as JSON text or a dict: kept parsed, once.
@@ -95,6 +104,8 @@ class EngineArgs:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if not self.itl_target_ms >= 0:
             raise ValueError(f"itl_target_ms must be 0 (off) or positive, got {self.itl_target_ms}")
+        if self.async_scheduling and self.speculative_config is not None:
+            raise ValueError(ASYNC_WITH_SPECULATION)
 
     @classmethod
     def from_options(cls, model: str | Path, **options: Any) -> EngineArgs:
@@ -119,6 +130,15 @@ class EngineArgs:
     def step_time_target(self) -> float | None:
         """The scheduler's step time target in seconds; None when pacing is off."""
         return self.itl_target_ms / 1e3 if self.itl_target_ms > 0 else None
+
+    @property
+    def overlaps_steps(self) -> bool:
+        """Whether the engine schedules asynchronously (llm_engine.py): `async_scheduling`;
+        unset, wherever the device runs apart from the host (CUDA; on the CPU the kernels
+        run on the host's own threads, so there is nothing to overlap) without speculation."""
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        return target_kind_for(self.device) == "cuda" and self.speculative_config is None
 
     @property
     def sized_from_memory(self) -> bool:

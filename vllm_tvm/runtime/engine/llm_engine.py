@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 
-from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.engine.args import ASYNC_WITH_SPECULATION, EngineArgs
 from vllm_tvm.runtime.engine.builder import load_engine_parts
 from vllm_tvm.runtime.engine.intake import PromptInput, RequestIntake
+from vllm_tvm.runtime.engine.launched_step import LaunchedStep, record_prompt_logprobs
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.outputs import RequestOutput
 from vllm_tvm.runtime.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig
@@ -35,24 +35,23 @@ from vllm_tvm.runtime.engine.sequence import (
     OutputKind,
     Request,
 )
+from vllm_tvm.runtime.engine.token_appender import TokenAppender
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
-from vllm_tvm.runtime.model.batch import ForwardBatch, ForwardRunner, prepare_batch, run_forward
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.model.batch import ForwardRunner, prepare_batch, run_forward
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.device_sampling import device_sampling_enabled
 from vllm_tvm.runtime.sampling.dispatch import (
     LogitsHook,
     SamplingDispatch,
-    StepSamples,
     sampling_fault,
 )
 from vllm_tvm.runtime.sampling.params import LogprobsMode, SamplingParams
-from vllm_tvm.runtime.sampling.sampler import Sampler, prompt_logprobs
+from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.speculative.head_proposer import HeadProposer
 from vllm_tvm.runtime.speculative.proposers import proposer_for
-from vllm_tvm.runtime.speculative.speculator import Speculator, VerifyStep
+from vllm_tvm.runtime.speculative.speculator import Speculator
 from vllm_tvm.runtime.speculative.target_hidden import HiddenCapturingRunner
 from vllm_tvm.runtime.tokenization import Tokenizer
 
@@ -74,12 +73,17 @@ class LLMEngine:
         seed: int | None = None,
         speculative_config: SpeculativeConfig | None = None,
         draft_runner: ModelRunner | None = None,
+        async_scheduling: bool = False,
     ) -> None:
         """Drive `runner`, whose KV cache must hold `cache_config`'s pool, `max_num_seqs`
         sequences per forward and a prefill chunk of the step's token budget. `tokenizer`
         None: token-id prompts only, no text in the outputs. `speculative_config` None:
         every decode step computes one token per sequence; methods `draft_model`, `eagle` and
-        `mtp` draft with `draft_runner` (a draft model, an EAGLE head, an MTP layer)."""
+        `mtp` draft with `draft_runner` (a draft model, an EAGLE head, an MTP layer).
+        `async_scheduling`: each forward is sampled by the next `step()` call (see `step`);
+        not with speculation."""
+        if async_scheduling and speculative_config is not None:
+            raise ValueError(ASYNC_WITH_SPECULATION)
         runner.kv_config.check_holds(
             scheduler_config.max_num_seqs,
             scheduler_config.max_num_batched_tokens,
@@ -113,8 +117,11 @@ class LLMEngine:
                 max_model_len,
                 draft,
             )
+        self.async_scheduling = async_scheduling
+        self.appender = TokenAppender(self.metrics, self._fail, self._release, async_scheduling)
         self._requests: dict[str, Request] = {}
         self._pending: list[RequestOutput] = []
+        self._launched: LaunchedStep | None = None
 
     @classmethod
     def from_args(cls, args: EngineArgs) -> LLMEngine:
@@ -131,6 +138,7 @@ class LLMEngine:
             args.seed,
             args.speculative_config,
             parts.draft_runner,
+            args.overlaps_steps,
         )
 
     @property
@@ -154,7 +162,12 @@ class LLMEngine:
     @property
     def has_unfinished(self) -> bool:
         """Whether a request is queued or running, or an output is still to be returned."""
-        return self.scheduler.has_unfinished or bool(self._pending)
+        return bool(
+            self.scheduler.has_unfinished
+            or self._pending
+            or self._launched
+            or self.appender.has_deferred
+        )
 
     def make_request(
         self,
@@ -218,20 +231,35 @@ class LLMEngine:
     # ---- the step ----
 
     def step(self) -> list[RequestOutput]:
-        """Run one batch; the outputs of the requests it advanced, finished or aborted."""
+        """Run one batch; the outputs of the requests it advanced, finished or aborted.
+
+        With async scheduling a call first samples the forward the previous call launched
+        (waiting for the device), schedules and launches the next forward, and only then
+        renders the sampled tokens' text and outputs, which the device's work now hides. A
+        token that ends its sequence by itself (an EOS or stop id, the length limit) and a
+        request's first token are rendered at once; a call that gives first tokens hands
+        them out before launching another forward, so time to first token does not grow."""
         outputs, self._pending = self._pending, []
-        scheduled = self.scheduler.schedule().scheduled
         touched: list[EngineSequence] = []
-        if scheduled:
-            started = time.perf_counter()
-            touched = self._run(scheduled)
-            self.scheduler.record_step(scheduled, time.perf_counter() - started)
+        if self._launched is not None:  # dropped before the next launch: its logits too
+            touched, self._launched = self._collect(self._launched), None
+        if not any(len(seq.output_token_ids) == 1 for seq in touched):
+            scheduled = self.scheduler.schedule().scheduled
+            if scheduled:
+                launched = self._launch(scheduled)
+                if self.async_scheduling:
+                    self._launched = launched
+                else:
+                    touched = self._collect(launched)
+        touched += self.appender.render_deferred()
         self.metrics.set_gauges(
             len(self.scheduler.running), len(self.scheduler.waiting), self.block_manager.usage
         )
         requests = self._requests
         for request_id in dict.fromkeys(seq.request_id for seq in touched):
-            request = requests[request_id]
+            request = requests.get(request_id)
+            if request is None:  # aborted since its forward was launched: output given then
+                continue
             output = request.make_output()
             if output is None:
                 finished = request.is_finished
@@ -242,99 +270,56 @@ class LLMEngine:
                 del requests[request_id]
         return outputs
 
-    def _run(self, scheduled: list[ScheduledSequence]) -> list[EngineSequence]:
-        """One forward over `scheduled`, then sampling; the sequences whose request changed
-        (advanced, finished or failed), in the order they did. With speculation, decode rows
-        may carry drafts: their tokens are verified and committed first (speculative/)."""
+    def _launch(self, scheduled: list[ScheduledSequence]) -> LaunchedStep:
+        """Start one forward over `scheduled` (on a GPU it runs while the host goes on);
+        prompt logprobs and the computed-token marks are taken now. With speculation,
+        decode rows may carry drafts, verified when the step is collected (speculative/)."""
+        started = time.perf_counter()
         verify = self.speculator.plan(scheduled) if self.speculator else None
         batch = prepare_batch(scheduled) if verify is None else verify.batch
         try:
             logits = run_forward(self._forward_runner, batch)
-            self._record_prompt_logprobs(batch, logits)
+            record_prompt_logprobs(batch, logits)
         except Exception as err:  # the batch's KV is unusable: fail its sequences
             logger.exception("forward failed; failing %d sequences", len(scheduled))
             for item in scheduled:
                 self._end(item.seq, FINISH_ERROR, error=f"forward failed: {err}")
-            return [item.seq for item in scheduled]
+            return LaunchedStep(scheduled, batch, verify, None, started)
         for item in scheduled if verify is None else verify.plain:
             item.seq.num_computed_tokens += item.num_tokens
             self.block_manager.cache_full_blocks(item.seq)
-        verified = [] if verify is None else self._commit_verified(verify, logits)
-        if not batch.sampling_seqs:
-            return verified
-        try:
-            samples = self.sampling.sample(logits, batch.sampling_seqs, batch.sampling_rows)
-        except Exception as err:  # beyond what dispatch isolates (a hook, the logits copy)
-            logger.exception("sampling failed; failing %d sequences", len(batch.sampling_seqs))
-            for seq in batch.sampling_seqs:
-                self._end(seq, FINISH_ERROR, error=sampling_fault(err))
-            return verified + list(batch.sampling_seqs)
-        return verified + self._append_samples(batch.sampling_seqs, samples)
+        return LaunchedStep(scheduled, batch, verify, logits, started)
 
-    def _commit_verified(self, verify: VerifyStep, logits: DeviceLogits) -> list[EngineSequence]:
-        """Append each drafted row's accepted drafts and next token (stop rules on every
-        one; what follows a stop is dropped), then roll its KV back to what it keeps."""
-        assert self.speculator is not None
-        now = time.perf_counter()
-        touched: list[EngineSequence] = []
-        for row, verified, error in self.speculator.verify(verify, logits):
-            seq = row.seq
-            touched.append(seq)
-            if verified is None:
-                self._end(seq, FINISH_ERROR, error=error)
-                continue
-            appended = 0
+    def _collect(self, launched: LaunchedStep) -> list[EngineSequence]:
+        """Sample a launched forward's tokens (this waits for the device) and append them;
+        the sequences whose request changed (advanced, finished or failed), in order."""
+        logits, batch = launched.logits, launched.batch
+        if logits is None:
+            return [item.seq for item in launched.scheduled]
+        verify = launched.verify
+        verified = (
+            []
+            if verify is None or self.speculator is None
+            else self.speculator.append_verified(verify, logits, self._fail, self._release)
+        )
+        touched = verified
+        if batch.sampling_seqs:
             try:
-                for token_id, logprobs in zip(verified.token_ids, verified.logprobs, strict=True):
-                    seq.append_token(token_id, logprobs, now)
-                    appended += 1
-                    if seq.is_finished:
-                        break
-            except Exception as err:  # e.g. the detokenizer: this request alone fails
-                self._end(seq, FINISH_ERROR, error=f"output processing failed: {err}")
-                continue
-            self.speculator.commit(row, verified.num_accepted)
-            self.metrics.add_tokens(prompt=0, generated=appended)
-            if seq.is_finished:
-                self._release(seq)
+                samples = self.sampling.sample(logits, batch.sampling_seqs, batch.sampling_rows)
+            except Exception as err:  # beyond what dispatch isolates (a hook, the logits copy)
+                logger.exception("sampling failed; failing %d sequences", len(batch.sampling_seqs))
+                live = [seq for seq in batch.sampling_seqs if not seq.is_finished]
+                for seq in live:
+                    self._end(seq, FINISH_ERROR, error=sampling_fault(err))
+                touched = verified + live
+            else:
+                touched = verified + self.appender.append(batch.sampling_seqs, samples)
+        self.scheduler.record_step(launched.scheduled, time.perf_counter() - launched.started)
         return touched
 
-    def _record_prompt_logprobs(self, batch: ForwardBatch, logits: DeviceLogits) -> None:
-        """The prompt logprobs of the chunks that want them, from their logits rows."""
-        for seq, start, first_row, end_row in batch.prompt_logprob_rows:
-            assert seq.prompt_logprobs is not None and seq.params.prompt_logprobs is not None
-            rows = logits.numpy()[first_row:end_row]
-            entries = prompt_logprobs(rows, seq.prompt_token_ids, seq.params.prompt_logprobs, start)
-            already = len(seq.prompt_logprobs) - (start + 1)  # entries a preempted run kept
-            seq.prompt_logprobs.extend(entries[max(already, 0) :])
-
-    def _append_samples(
-        self, seqs: list[EngineSequence], samples: StepSamples
-    ) -> list[EngineSequence]:
-        """Give each sequence its sampled token (stop rules, text); one that could not be
-        sampled, or whose output processing fails, ends with an error. The sequences in the
-        order their requests changed."""
-        failed = [seqs[index] for index in samples.errors]
-        for index, seq in zip(samples.errors, failed, strict=True):
-            self._end(seq, FINISH_ERROR, error=samples.errors[index])
-        now = time.perf_counter()
-        appended: list[EngineSequence] = []
-        for seq, token_id, logprobs in zip(seqs, samples.token_ids, samples.logprobs, strict=True):
-            if token_id is None:
-                continue
-            if seq.first_token_time is None:
-                self.metrics.add_first_token(now - seq.arrival_time)
-                self.metrics.add_tokens(prompt=seq.num_prompt_tokens, generated=0)
-            appended.append(seq)
-            try:
-                seq.append_token(token_id, logprobs, now)
-            except Exception as err:  # e.g. the detokenizer: this request alone fails
-                self._end(seq, FINISH_ERROR, error=f"output processing failed: {err}")
-            else:
-                if seq.is_finished:
-                    self._release(seq)
-        self.metrics.add_tokens(prompt=0, generated=len(appended))
-        return failed + appended
+    def _fail(self, seq: EngineSequence, error: str) -> None:
+        """End `seq` with an error (its request alone)."""
+        self._end(seq, FINISH_ERROR, error=error)
 
     def _end(self, seq: EngineSequence, reason: str, error: str | None = None) -> None:
         """Finish `seq` early (abort or error) and free its blocks."""
@@ -357,28 +342,3 @@ class LLMEngine:
             decode,
             len(seq.output_token_ids),
         )
-
-
-def generate_all(
-    engine: LLMEngine,
-    prompts: Sequence[PromptInput],
-    params: Sequence[SamplingParams],
-    priorities: Sequence[int] | None = None,
-) -> list[RequestOutput]:
-    """Run requests to completion on `engine`, batched; outputs in prompt order.
-
-    Every request is validated before any is queued, so a bad one refuses the whole call.
-    """
-    priorities = priorities if priorities is not None else [0] * len(prompts)
-    requests = [
-        engine.make_request(prompt, param, None, priority, "final_only")
-        for prompt, param, priority in zip(prompts, params, priorities, strict=True)
-    ]
-    for request in requests:
-        engine.add(request)
-    finished: dict[str, RequestOutput] = {}
-    while len(finished) < len(requests):
-        for output in engine.step():
-            if output.finished:
-                finished[output.request_id] = output
-    return [finished[request.request_id] for request in requests]

@@ -130,6 +130,13 @@ class EngineSequence:
 
     def append_token(self, token_id: int, logprobs: TokenLogprobs | None, now: float) -> None:
         """Record one sampled token: output, logprobs, stop state, streamed text."""
+        self.push_token(token_id, logprobs, now)
+        self.render_token(token_id, now)
+
+    def push_token(self, token_id: int, logprobs: TokenLogprobs | None, now: float) -> bool:
+        """What the next step needs of a sampled token (ids, logprobs, timing, the stop
+        count), without its text; True when the token ends the sequence by itself (an EOS or
+        stop id, the length limit). `render_token` must follow before the next push."""
         self.token_ids.append(token_id)
         self.sampling.output_token_ids.append(token_id)
         if self.logprobs is not None and logprobs is not None:
@@ -141,7 +148,11 @@ class EngineSequence:
         elif now - last > self.max_token_gap:
             self.max_token_gap = now - last
         self.last_token_time = now
-        step = self.stops.step(token_id, self.decoder)
+        return self.stops.count(token_id)
+
+    def render_token(self, token_id: int, now: float) -> None:
+        """The pushed token's text and stop strings; finishes the sequence when it stops."""
+        step = self.stops.render(token_id, self.decoder)
         if step.text:
             self.text += step.text
         if step.finished:

@@ -124,6 +124,8 @@ class StopChecker:
         self._emitted = 0
         self._checked_upto = 0
         self._result: StepResult | None = None
+        # (finish_reason, stop_reason) the id `count` took decides, until `render` runs.
+        self._counted: tuple[str | None, int | str | None] | None = None
 
     @property
     def max_output_tokens(self) -> int:
@@ -149,20 +151,39 @@ class StopChecker:
         return self._min_tokens_masked
 
     def step(self, token_id: int, decoder: TextDecoder) -> StepResult:
-        """Account for one sampled id (`decoder` has not seen it yet; the checker feeds it)."""
+        """Account for one sampled id (`decoder` has not seen it yet; the checker feeds it):
+        `count` then `render`."""
+        self.count(token_id)
+        return self.render(token_id, decoder)
+
+    def count(self, token_id: int) -> bool:
+        """The first half of `step`, without the text: count the id (what `min_tokens` and
+        `suppressed_token_ids` read) and apply the stops the id decides alone (a stop or
+        EOS id, the length limit). True when the id ends the request. `render` must follow
+        before the next `count`; an engine that overlaps the next forward with output work
+        calls it later, so the next step is scheduled and sampled from an exact count."""
         if self._result is not None:
             raise RuntimeError(
                 f"request already finished ({self._result.finish_reason}); no more tokens"
             )
+        if self._counted is not None:
+            raise RuntimeError("count() called twice without render() in between")
         self._num_output_tokens += 1
         n = self._num_output_tokens
-        finish_reason: str | None = None
-        stop_reason: int | str | None = None
         if n >= self._min_tokens and token_id in self._stop_ids:
-            finish_reason, stop_reason = FINISH_STOP, self._stop_ids[token_id]
+            self._counted = (FINISH_STOP, self._stop_ids[token_id])
         elif n >= self._max_output_tokens:
-            finish_reason = FINISH_LENGTH
+            self._counted = (FINISH_LENGTH, None)
+        else:
+            self._counted = (None, None)
+        return self._counted[0] is not None
 
+    def render(self, token_id: int, decoder: TextDecoder) -> StepResult:
+        """The second half of `step` for the id `count` took: its text, the stop strings,
+        and what may be streamed."""
+        if self._counted is None:
+            raise RuntimeError("render() without a counted token")
+        (finish_reason, stop_reason), self._counted = self._counted, None
         stopped_by_token = finish_reason == FINISH_STOP
         delta = "" if stopped_by_token and not self._include_stop else decoder.add(token_id)
         if finish_reason is None:
@@ -172,7 +193,7 @@ class StopChecker:
             delta += decoder.flush()
         self._text += delta
 
-        if n > self._min_tokens and self._stop and not stopped_by_token:
+        if self._num_output_tokens > self._min_tokens and self._stop and not stopped_by_token:
             matched = self._find_stop_string()
             if matched is not None:
                 finish_reason, stop_reason = FINISH_STOP, matched

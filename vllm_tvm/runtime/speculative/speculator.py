@@ -29,7 +29,8 @@ A step in which nothing is drafted runs exactly as without speculation.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -220,6 +221,41 @@ class Speculator:
             self.backoff.record(row.seq, verified.num_accepted)
             outcomes.append(VerifyOutcome(row, verified, None))
         return outcomes
+
+    def append_verified(
+        self,
+        step: VerifyStep,
+        logits: DeviceLogits,
+        fail: Callable[[EngineSequence, str], None],
+        release: Callable[[EngineSequence], None],
+    ) -> list[EngineSequence]:
+        """Append each drafted row's accepted drafts and next token (stop rules on every
+        one; what follows a stop is dropped), then roll its KV back to what it keeps. A row
+        that fails ends through `fail` (its request alone); a finished one is `release`d.
+        The drafted sequences, in order."""
+        now = time.perf_counter()
+        touched: list[EngineSequence] = []
+        for row, verified, error in self.verify(step, logits):
+            seq = row.seq
+            touched.append(seq)
+            if verified is None:
+                fail(seq, error or "verification failed")
+                continue
+            appended = 0
+            try:
+                for token_id, logprobs in zip(verified.token_ids, verified.logprobs, strict=True):
+                    seq.append_token(token_id, logprobs, now)
+                    appended += 1
+                    if seq.is_finished:
+                        break
+            except Exception as err:  # e.g. the detokenizer: this request alone fails
+                fail(seq, f"output processing failed: {err}")
+                continue
+            self.commit(row, verified.num_accepted)
+            self.metrics.add_tokens(prompt=0, generated=appended)
+            if seq.is_finished:
+                release(seq)
+        return touched
 
     def forget(self, seq: EngineSequence) -> None:
         """`seq` ended: the draft model drops its KV sequence."""
