@@ -31,7 +31,11 @@ from vllm_tvm.artifacts.speculative_roles import EAGLE3_HEAD, EAGLE3_HEAD_ARCHIT
 from vllm_tvm.checkpoints.eagle3_config import eagle3_aux_layers
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
-from vllm_tvm.runtime.speculative.eagle3_head import check_target_layers
+from vllm_tvm.runtime.speculative.eagle3_head import (
+    check_target_layers,
+    draft_to_target,
+    widen_logits,
+)
 from vllm_tvm.runtime.speculative.head_runner import HeadRunner, check_head_fits
 
 TARGET_LAYERS = 7
@@ -250,3 +254,34 @@ def test_an_eagle3_checkpoint_builds_as_a_head_only(checkpoints) -> None:
         parse_eagle3_head_config({**head, "num_hidden_layers": 2})
     with pytest.raises(ModelConfigError, match="over a target of 128"):
         parse_eagle3_head_config({**head, "target_hidden_size": 128})
+
+
+class _Tensors:
+    """A weight source of a few named arrays."""
+
+    def __init__(self, **arrays: np.ndarray) -> None:
+        self.arrays = arrays
+
+    def names(self) -> list[str]:
+        return list(self.arrays)
+
+    def get(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+def test_d2t_maps_the_draft_vocabulary_or_is_refused_by_name() -> None:
+    head = Path("head")
+    targets = draft_to_target(_Tensors(d2t=np.array([1, 1, 3])), head, 3, 6)
+    assert targets.tolist() == [1, 2, 5]
+    wide = widen_logits(np.array([[0.5, 1.5, 2.5]], dtype=np.float32), targets, 6)
+    assert wide.tolist() == [[-np.inf, 0.5, 1.5, -np.inf, -np.inf, 2.5]]
+    assert draft_to_target(_Tensors(), head, 6, 6) is None  # the whole vocabulary, in order
+    refused = [
+        (_Tensors(), "draft vocabulary of 3 tokens and no 'd2t'"),
+        (_Tensors(d2t=np.array([1, 1])), r"expected integers \[3\]"),
+        (_Tensors(d2t=np.array([1, 1, 4])), "outside the target's 6 tokens"),
+        (_Tensors(d2t=np.array([1, 0, 3])), "onto one token twice"),
+    ]
+    for weights, message in refused:
+        with pytest.raises(ValueError, match=message):
+            draft_to_target(weights, head, 3, 6)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")
-"""Every method vLLM's `method` key names."""
+"""The methods of vLLM's `method` key this engine knows (any other is refused as unknown)."""
 
 BUILT_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 """The methods this engine runs; the others of METHODS are refused by name."""
