@@ -40,7 +40,8 @@ def test_a_model_without_a_method_is_a_draft_model() -> None:
     [
         ({"method": "medusa", "num_speculative_tokens": 2}, "unknown speculative method 'medusa'"),
         ({"method": "eagle", "num_speculative_tokens": 2}, "needs the EAGLE head's 'model'"),
-        ({"method": "eagle3", "model": "h", "num_speculative_tokens": 2}, "'eagle3' is not impl"),
+        ({"method": "suffix", "num_speculative_tokens": 2}, "'suffix' is not implemented"),
+        ({"method": "eagle3", "num_speculative_tokens": 2}, "needs the EAGLE-3 head's 'model'"),
         ({"method": "draft_model", "num_speculative_tokens": 2}, "needs the draft's 'model'"),
         ({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1},
          "'draft_tensor_parallel_size' are not supported"),
@@ -68,11 +69,11 @@ def test_every_engine_command_takes_the_flag(command: str) -> None:
 
 
 def test_the_flag_refuses_a_method_not_built(capsys) -> None:
-    config = '{"method": "eagle3", "model": "h", "num_speculative_tokens": 1}'
+    config = '{"method": "suffix", "num_speculative_tokens": 1}'
     argv = ["generate", "--prompt", "hi", "--speculative-config", config]
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
-    assert "speculative method 'eagle3' is not implemented" in capsys.readouterr().err
+    assert "speculative method 'suffix' is not implemented" in capsys.readouterr().err
 
 
 def test_engine_options_take_json_text_a_dict_or_the_config() -> None:
@@ -94,3 +95,10 @@ def test_llm_refuses_an_unknown_method_before_loading() -> None:
 def test_mtp_reads_its_layers_from_the_target_unless_a_model_is_named() -> None:
     config = SpeculativeConfig.from_json({"method": "mtp", "num_speculative_tokens": 1})
     assert config == SpeculativeConfig("mtp", 1, model=None)
+
+
+def test_eagle3_takes_its_head() -> None:
+    config = SpeculativeConfig.from_json(
+        {"method": "eagle3", "model": "/head", "num_speculative_tokens": 3}
+    )
+    assert config == SpeculativeConfig("eagle3", 3, model="/head")

@@ -14,12 +14,16 @@ import numpy as np
 import pytest
 import torch
 from eagle_heads import make_eagle_head, make_echo_head, make_repeating_target
-from engine_helpers import assert_all_blocks_free, prompts_of_lengths, token_ids
+from engine_helpers import prompts_of_lengths, token_ids
 from safetensors.torch import load_file
-from test_speculative_engine import MIXED_LENGTHS, _homogeneity_p_value
+from speculative_scenarios import (
+    echo_head_is_always_accepted,
+    head_llms,
+    head_sampling_follows_plain,
+    random_head_changes_no_greedy_token,
+)
 
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION
-from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.speculative.head_runner import HeadRunner, check_head_fits
@@ -41,67 +45,24 @@ def heads(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture
 def make_eagle_llm():
-    made: list[LLM] = []
-
-    def make(target: Path, head: Path | None, k: int = 3, **kwargs) -> LLM:
-        if head is not None:
-            config = {"method": "eagle", "model": str(head), "num_speculative_tokens": k}
-            kwargs["speculative_config"] = config
-        llm = LLM(target, device="cpu", show_progress=False, **kwargs)
-        made.append(llm)
-        return llm
-
-    yield make
-    for llm in made:
-        assert_all_blocks_free(llm)
-
-
-def assert_head_cache_empty(llm: LLM) -> None:
-    """Every sequence ended: the head holds no KV sequence, no target hidden state is kept."""
-    proposer = llm.engine.speculator.draft
-    config = proposer.runner.kv_config
-    assert proposer.num_sequences == 0 and proposer.store.num_sequences == 0
-    pages = proposer.runner.kv_cache.available_pages()
-    assert pages == -(-config.max_total_seq_len // config.page_size) + 1
+    with head_llms("eagle") as make:
+        yield make
 
 
 def test_a_random_head_changes_no_greedy_token(make_eagle_llm, tiny_model_dir, heads) -> None:
     target = tiny_model_dir(TARGET)
-    params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
-    plain = make_eagle_llm(target, None, block_size=16)
-    prompts = prompts_of_lengths(plain, MIXED_LENGTHS)
-    expected = token_ids(plain.generate(prompts, params))
-    speculative = make_eagle_llm(target, heads["random"], k=4, block_size=16)
+    plain, speculative = random_head_changes_no_greedy_token(
+        make_eagle_llm, target, heads["random"]
+    )
     assert HIDDEN_STATES_FUNCTION in speculative.runner.manifest.functions
     assert HIDDEN_STATES_FUNCTION not in plain.runner.manifest.functions
-    assert token_ids(speculative.generate(prompts, params)) == expected
-    stats = speculative.engine.metrics.snapshot()
-    assert stats.spec_decode_num_drafts > 0
-    assert stats.spec_decode_num_accepted_tokens < stats.spec_decode_num_draft_tokens
-    # a second run hits the prefix cache (no target hidden states there) and still agrees
-    again = speculative.generate(prompts, params)
-    assert token_ids(again) == expected and sum(o.num_cached_tokens for o in again) > 0
-    assert_head_cache_empty(speculative)
 
 
 @pytest.mark.parametrize("preempted", [False, True])
 def test_an_echo_head_over_a_repeating_target_is_always_accepted(
     preempted: bool, make_eagle_llm, heads
 ) -> None:
-    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    sizes = {"block_size": 16, "num_blocks": 8} if preempted else {}
-    plain = make_eagle_llm(heads["repeating"], None)
-    prompts = prompts_of_lengths(plain, [20, 18, 22, 19] if preempted else MIXED_LENGTHS)
-    expected = token_ids(plain.generate(prompts, params))
-    assert all(len(set(tokens)) == 1 for tokens in expected)  # the target repeats
-    speculative = make_eagle_llm(heads["repeating"], heads["echo"], **sizes)
-    assert token_ids(speculative.generate(prompts, params)) == expected
-    stats = speculative.engine.metrics.snapshot()
-    assert stats.num_preemptions > 0 if preempted else stats.num_preemptions == 0
-    assert 0 < stats.spec_decode_num_accepted_tokens == stats.spec_decode_num_draft_tokens
-    assert stats.spec_decode_num_accepted_tokens_per_pos[2] > 0
-    assert stats.mean_acceptance_length > 3
-    assert_head_cache_empty(speculative)
+    echo_head_is_always_accepted(make_eagle_llm, heads["repeating"], heads["echo"], preempted)
 
 
 def _reference_head_logits(target: Path, head: Path, tokens: list[int]) -> np.ndarray:
@@ -152,20 +113,7 @@ def test_sampled_outputs_with_a_head_follow_plain_sampling(
     pair: tuple[str, str], make_eagle_llm, tiny_model_dir, heads
 ) -> None:
     target = tiny_model_dir(TARGET) if pair[0] == "target" else heads[pair[0]]
-    samples = 400
-    params = SamplingParams(temperature=1.0, top_k=2, max_tokens=4, ignore_eos=True, n=samples)
-    plain = make_eagle_llm(target, None, seed=1)
-    prompt = prompts_of_lengths(plain, [10])[0]
-    speculative = make_eagle_llm(target, heads[pair[1]], seed=2)
-    runs = [
-        [tuple(c.token_ids) for c in llm.generate(prompt, params)[0].outputs]
-        for llm in (plain, speculative)
-    ]
-    assert _homogeneity_p_value(*runs) > 1e-4
-    stats = speculative.engine.metrics.snapshot()
-    assert stats.spec_decode_num_accepted_tokens < stats.spec_decode_num_draft_tokens
-    if pair[1] == "echo":
-        assert stats.spec_decode_num_accepted_tokens > 0
+    head_sampling_follows_plain(make_eagle_llm, target, heads[pair[1]], pair[1] == "echo")
 
 
 def test_a_head_that_cannot_draft_for_the_target_is_refused_by_name(

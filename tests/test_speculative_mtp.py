@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 import torch
 from eagle_heads import add_mtp_layer, make_repeating_target
-from engine_helpers import assert_all_blocks_free, prompts_of_lengths, token_ids
+from engine_helpers import prompts_of_lengths, token_ids
+from speculative_scenarios import (
+    SAMPLES,
+    assert_head_cache_empty,
+    head_llms,
+    sampling_follows_plain,
+)
 from test_speculative_engine import MIXED_LENGTHS, _homogeneity_p_value
 
 from vllm_tvm.artifacts.speculative_roles import EAGLE_HEAD, MTP_ARCHITECTURE, MTP_HEAD
@@ -37,26 +43,14 @@ def checkpoints(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture
 def make_mtp_llm():
-    made: list[LLM] = []
+    with head_llms("mtp") as make:
 
-    def make(model: Path, k: int | None = 1, **kwargs) -> LLM:
-        if k is not None:
-            kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": k}
-        llm = LLM(model, device="cpu", show_progress=False, **kwargs)
-        made.append(llm)
-        return llm
+        def make_mtp(model: Path, k: int | None = 1, **kwargs) -> LLM:
+            if k is not None:
+                kwargs["speculative_config"] = {"method": "mtp", "num_speculative_tokens": k}
+            return make(model, None, **kwargs)
 
-    yield make
-    for llm in made:
-        assert_all_blocks_free(llm)
-
-
-def assert_layer_cache_empty(llm: LLM) -> None:
-    proposer = llm.engine.speculator.draft
-    config = proposer.runner.kv_config
-    assert proposer.num_sequences == 0 and proposer.store.num_sequences == 0
-    pages = proposer.runner.kv_cache.available_pages()
-    assert pages == -(-config.max_total_seq_len // config.page_size) + 1
+        yield make_mtp
 
 
 @pytest.mark.parametrize("k", [1, 2])
@@ -73,7 +67,7 @@ def test_a_random_mtp_layer_changes_no_greedy_token(k: int, make_mtp_llm, checkp
     assert len(stats.spec_decode_num_accepted_tokens_per_pos) == k
     again = speculative.generate(prompts, params)
     assert token_ids(again) == expected and sum(o.num_cached_tokens for o in again) > 0
-    assert_layer_cache_empty(speculative)
+    assert_head_cache_empty(speculative)
 
 
 @pytest.mark.parametrize("preempted", [False, True])
@@ -92,24 +86,14 @@ def test_an_echo_mtp_layer_over_a_repeating_target_is_always_accepted(
     assert stats.num_preemptions > 0 if preempted else stats.num_preemptions == 0
     assert 0 < stats.spec_decode_num_accepted_tokens == stats.spec_decode_num_draft_tokens
     assert stats.mean_acceptance_length > 2.5
-    assert_layer_cache_empty(speculative)
+    assert_head_cache_empty(speculative)
 
 
 def test_sampled_outputs_with_an_mtp_layer_follow_plain_sampling(make_mtp_llm, checkpoints) -> None:
-    samples = 400
-    params = SamplingParams(temperature=1.0, top_k=2, max_tokens=4, ignore_eos=True, n=samples)
     plain = make_mtp_llm(checkpoints["random"], None, seed=1)
-    prompt = prompts_of_lengths(plain, [10])[0]
-    speculative = make_mtp_llm(checkpoints["random"], 2, seed=2)
-    runs = [
-        [tuple(c.token_ids) for c in llm.generate(prompt, params)[0].outputs]
-        for llm in (plain, speculative)
-    ]
-    assert _homogeneity_p_value(*runs) > 1e-4
-    stats = speculative.engine.metrics.snapshot()
-    assert stats.spec_decode_num_accepted_tokens < stats.spec_decode_num_draft_tokens
+    runs = sampling_follows_plain(plain, make_mtp_llm(checkpoints["random"], 2, seed=2))
     # the test has the power to tell apart another distribution
-    assert _homogeneity_p_value(runs[0], [runs[0][0]] * samples) < 1e-4
+    assert _homogeneity_p_value(runs[0], [runs[0][0]] * SAMPLES) < 1e-4
 
 
 def _reference_layer_logits(checkpoint: Path, tokens: list[int]) -> np.ndarray:

@@ -58,6 +58,7 @@ def make_request(
     tensor_parallel_shards: int = 1,
     max_model_len: int | None = None,
     speculative_role: str | None = None,
+    aux_hidden_layers: tuple[int, ...] = (),
 ) -> CompileRequest:
     """Validate user-facing compile options (target name, dtype, weight format) into a request.
 
@@ -70,7 +71,8 @@ def make_request(
     `tensor_parallel_shards`: ranks the network is split over (model_defs/tensor_parallel.py).
     `max_model_len`: the context the engine will run (None: the checkpoint's; it picks
     longrope's factor set, compiler/request.py).
-    `speculative_role`: a build a speculative method needs (compiler/speculative_variants.py).
+    `speculative_role`: a build a speculative method needs (compiler/speculative_variants.py);
+    `aux_hidden_layers`: the layers an EAGLE-3 target exports the inputs of.
     """
     check_role(speculative_role)
     model_path = Path(model)
@@ -106,6 +108,7 @@ def make_request(
         tensor_parallel_shards,
         max_model_len,
         speculative_role,
+        tuple(aux_hidden_layers),
     )
 
 

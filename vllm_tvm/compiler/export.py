@@ -30,10 +30,14 @@ from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
 from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS
-from vllm_tvm.compiler.speculative_variants import family_for_role, model_for_role
+from vllm_tvm.compiler.speculative_variants import (
+    config_for_role,
+    family_for_role,
+    model_for_role,
+)
 from vllm_tvm.compiler.weight_plan import param_entry
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
-from vllm_tvm.model_defs.registry import ModelFamily, family_for
+from vllm_tvm.model_defs.registry import ModelFamily
 from vllm_tvm.model_defs.tensor_parallel import TensorParallelError, manifest_plan, with_shards
 
 
@@ -60,14 +64,14 @@ def request_model_config(request: CompileRequest) -> tuple[ModelFamily, Any]:
     """The request's model family and parsed config (split over its tensor-parallel ranks;
     a split is refused by name for quantized weights)."""
     config = read_model_config(request.model_path)
-    family = family_for(config)
+    family = family_for_role(config, request.speculative_role)
     shards = request.tensor_parallel_shards
     if shards > 1 and (request.weight_formats or request.quantization):
         raise TensorParallelError("tensor parallelism is not supported for quantized weights")
-    family, model_config = family_for_role(
-        family,
+    model_config = config_for_role(
         with_shards(family.parse_config(config, request.max_model_len), shards),
         request.speculative_role,
+        request.aux_hidden_layers,
     )
     softcap = getattr(model_config, "attn_logit_softcapping", None)  # llama-family only
     check_attention_softcap(request.attention, softcap)

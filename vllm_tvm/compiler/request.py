@@ -39,3 +39,6 @@ class CompileRequest:
     speculative_role: str | None = None
     """What a speculative method needs built besides the plain model (artifacts/
     speculative_roles.py); None: the plain model."""
+    aux_hidden_layers: tuple[int, ...] = ()
+    """For a target built for an EAGLE-3 head, the layers whose inputs it exports
+    (checkpoints/eagle3_config.py); empty for every other build."""

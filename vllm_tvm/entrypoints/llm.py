@@ -15,8 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
-from vllm_tvm.artifacts.speculative_roles import HEAD_ROLES, HIDDEN_STATES_TARGET
+from vllm_tvm.artifacts.speculative_roles import (
+    AUX_HIDDEN_STATES_TARGET,
+    HEAD_ROLES,
+    TARGET_ROLES,
+)
+from vllm_tvm.checkpoints.eagle3_config import eagle3_aux_layers
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
+from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.checkpoints.weight_formats import NATIVE
 from vllm_tvm.registry.resolve import RegistrySettings, registry_engine_args
@@ -39,6 +45,7 @@ def resolve_artifact(
     tensor_parallel_size: int = 1,
     max_model_len: int | None = None,
     speculative_role: str | None = None,
+    aux_hidden_layers: tuple[int, ...] = (),
 ) -> Path:
     """The cached artifact for (model config, device's target, dtype, weight format,
     quantization, context), compiled if absent. `weight_format`: `native` keeps supported GGUF quant
@@ -48,7 +55,8 @@ def resolve_artifact(
     `tensor_parallel_size` > 1: the artifact of the model split over that many ranks.
     `max_model_len`: the engine's context (None: the model's; it picks longrope's factor
     set, compiler/request.py). `speculative_role`: a build a speculative method needs
-    (artifacts/speculative_roles.py). A plain resolution for this machine remembered
+    (artifacts/speculative_roles.py; an EAGLE-3 target with its `aux_hidden_layers`). A plain
+    resolution for this machine remembered
     unchanged (artifacts/resolution_memo.py) needs no compiler import."""
     remember = target is None and speculative_role is None
     if remember:
@@ -68,6 +76,7 @@ def resolve_artifact(
         tensor_parallel_shards=tensor_parallel_size,
         max_model_len=max_model_len,
         speculative_role=speculative_role,
+        aux_hidden_layers=aux_hidden_layers,
     )
     artifact = compile_cached(request, show_progress)
     if remember:
@@ -87,10 +96,10 @@ def resolve_artifact(
 def artifact_for(args: EngineArgs) -> Path:
     """The artifact of `args`: the given one, else the cached build for its model, device,
     dtype, weight format and context (compiled on first use; with its hidden states for
-    EAGLE and MTP)."""
+    EAGLE and MTP, the inputs of the layers an EAGLE-3 head reads for EAGLE-3)."""
     if args.artifact is not None:
         return Path(args.artifact)
-    spec = args.speculative_config
+    role, aux_layers = _target_build(args)
     return resolve_artifact(
         args.model,
         args.device,
@@ -100,15 +109,29 @@ def artifact_for(args: EngineArgs) -> Path:
         args.quantization,
         tensor_parallel_size=args.tensor_parallel_size,
         max_model_len=args.max_model_len,
-        speculative_role=HIDDEN_STATES_TARGET if spec and spec.method in HEAD_ROLES else None,
+        speculative_role=role,
+        aux_hidden_layers=aux_layers,
     )
 
 
+def _target_build(args: EngineArgs) -> tuple[str | None, tuple[int, ...]]:
+    """The speculative role of `args`' target build and, for an EAGLE-3 head, the target
+    layers whose inputs it reads (from the head's config.json and the target's depth)."""
+    spec = args.speculative_config
+    role = TARGET_ROLES.get(spec.method) if spec is not None else None
+    if role != AUX_HIDDEN_STATES_TARGET:
+        return role, ()
+    assert spec is not None and spec.model is not None  # SpeculativeConfig requires it
+    target_layers = int(read_model_config(resolve_model(args.model))["num_hidden_layers"])
+    return role, eagle3_aux_layers(read_model_config(resolve_model(spec.model)), target_layers)
+
+
 def with_draft_artifact(args: EngineArgs) -> EngineArgs:
-    """`args` with a draft model's, EAGLE head's or MTP layer's artifact resolved as the
-    target's is (same device, dtype, weight format and quantization; compiled on first use)
-    when the speculative method is `draft_model`, `eagle` or `mtp` (whose layer is read from
-    the target's checkpoint unless `model` names another); else `args` unchanged."""
+    """`args` with a draft model's, EAGLE or EAGLE-3 head's or MTP layer's artifact resolved
+    as the target's is (same device, dtype, weight format and quantization; compiled on first
+    use) when the speculative method is `draft_model`, `eagle`, `eagle3` or `mtp` (whose
+    layer is read from the target's checkpoint unless `model` names another); else `args`
+    unchanged."""
     spec = args.speculative_config
     if spec is None or spec.method not in MODEL_METHODS or spec.draft_artifact is not None:
         return args

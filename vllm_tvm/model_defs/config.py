@@ -103,6 +103,10 @@ class LlamaFamilyConfig(ConfigRecord):
     """RoPE base of the sliding layers when it differs from `rope_theta` (Gemma 3)."""
     tensor_parallel_shards: int = 1
     """Ranks the network is split over (model_defs/tensor_parallel.py); 1: unsplit."""
+    aux_hidden_layers: tuple[int, ...] = ()
+    """The layers whose inputs a target built for an EAGLE-3 head returns from its
+    hidden-states prefill (artifacts/speculative_roles.py); empty: the final-norm hidden
+    states (or no such function)."""
 
     @property
     def sliding_layers(self) -> list[bool]:
@@ -137,6 +141,8 @@ class LlamaFamilyConfig(ConfigRecord):
         record = {**super().to_dict(), "kv_cache_layers": len(self.kv_cache_layer_kinds)}
         if self.tensor_parallel_shards == 1:
             del record["tensor_parallel_shards"]  # unsplit models keep their fingerprints
+        if not self.aux_hidden_layers:
+            del record["aux_hidden_layers"]  # so do all but EAGLE-3 targets
         return record
 
 

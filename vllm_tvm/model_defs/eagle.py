@@ -67,9 +67,14 @@ class EagleHead(LlamaForCausalLM):
         logit_positions: Tensor,
         kv_cache: PagedKVCache,
     ) -> tuple[Tensor, Tensor, PagedKVCache]:
-        hidden = self.model(input_embed, input_hidden, kv_cache)
+        hidden = self.model(input_embed, self.target_features(input_hidden), kv_cache)
         hidden = op.take(hidden, logit_positions, axis=1)
         return self.logits(hidden), hidden, kv_cache
+
+    def target_features(self, input_hidden: Tensor) -> Tensor:
+        """The hidden input of rows the target computed, from what the target exported
+        (`prefill` only: a fed draft's row is the head's own output)."""
+        return input_hidden
 
     def decode(  # type: ignore[override]
         self, input_embed: Tensor, input_hidden: Tensor, kv_cache: PagedKVCache

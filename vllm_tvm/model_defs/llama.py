@@ -198,9 +198,19 @@ class LlamaModel(nn.Module):
         self.norm = make_rms_norm(config, config.hidden_size, dtype)
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache) -> Tensor:
+        return self.forward_capturing(hidden, kv_cache, ())[0]
+
+    def forward_capturing(
+        self, hidden: Tensor, kv_cache: PagedKVCache, layer_ids: tuple[int, ...]
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The final-norm hidden states and the input of each layer of `layer_ids` (the
+        residual stream entering it), in layer order: what an EAGLE-3 head reads."""
+        captured = []
         for layer_id, layer in enumerate(self.layers):
+            if layer_id in layer_ids:
+                captured.append(hidden)
             hidden = layer(hidden, kv_cache, layer_id)
-        return self.norm(hidden)
+        return self.norm(hidden), captured
 
 
 class LlamaForCausalLM(PagedCausalLM):
@@ -221,6 +231,19 @@ class LlamaForCausalLM(PagedCausalLM):
     def _make_layer(self, layer_id: int) -> nn.Module:
         """Decoder layer `layer_id`; definitions built on this one replace some layers."""
         return LlamaDecoderLayer(self.config, self.dtype, layer_id)
+
+    def prefill_hidden(
+        self, input_embed: Tensor, logit_positions: Tensor, kv_cache: PagedKVCache
+    ) -> tuple[Tensor, Tensor, PagedKVCache]:
+        """`prefill`, and every token's hidden states: the final-norm ones, or for a target
+        built for an EAGLE-3 head the inputs of its `aux_hidden_layers` concatenated
+        [1, seq_len, layers * hidden]."""
+        layer_ids = self.config.aux_hidden_layers
+        if not layer_ids:
+            return super().prefill_hidden(input_embed, logit_positions, kv_cache)
+        hidden, captured = self.model.forward_capturing(input_embed, kv_cache, layer_ids)
+        logits = self.logits(op.take(hidden, logit_positions, axis=1))
+        return logits, op.concat(captured, dim=-1), kv_cache
 
     def logits(self, hidden: Tensor) -> Tensor:
         """fp32 logits of final hidden states (divided by Granite's logits scaling, soft-capped

@@ -186,8 +186,10 @@ class ModelRunner:
         return self._tvm.runtime.tensor(array, self.device)
 
     def _device_logits(self, logits: Any, rows: int) -> DeviceLogits:
+        """`rows` rows of `logits` (as wide as the function made them: an EAGLE-3 head's
+        cover its draft vocabulary), left on the device."""
         return DeviceLogits(
-            logits._create_view((rows, self.vocab_size)),
+            logits._create_view((rows, int(logits.shape[-1]))),
             self._argmax,
             self._sample,
             lambda array: self._tvm.runtime.tensor(array, self.device),
@@ -262,33 +264,31 @@ class ModelRunner:
         """One ragged forward through the compiled `{mode}{suffix}` that returns hidden
         states next to the logits; `input_hidden` [tokens, hidden] goes in after the
         embeddings (their rows `zeroed_rows` zeroed) when the function takes it. The logits
-        rows at the positions, every hidden row the function returned [rows, hidden] (at the
-        positions, or of every token), and the int32 positions."""
+        rows at the positions, every hidden row the function returned [rows, width] (at the
+        positions, or of every token; as wide as the function made them), and the int32
+        positions."""
         lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
         mode = self._ragged_mode(seq_ids, lengths)
-        shape = (
-            (len(flat), 1, self.hidden_size)
-            if mode == "decode"
-            else (1, len(flat), self.hidden_size)
-        )
+        rows_shape = (len(flat), 1) if mode == "decode" else (1, len(flat))
         embeddings = self.embed_tokens(flat)
         if zeroed_rows:
             host = embeddings.numpy()
             host[list(zeroed_rows)] = 0
             embeddings = self.to_device(host)
-        inputs = [embeddings._create_view(shape)]
+        inputs = [embeddings._create_view((*rows_shape, self.hidden_size))]
         if input_hidden is not None:
-            typed = to_dtype(input_hidden, self.manifest.dtype)
-            inputs.append(self.to_device(np.ascontiguousarray(typed).reshape(shape)))
+            typed = np.ascontiguousarray(to_dtype(input_hidden, self.manifest.dtype))
+            inputs.append(self.to_device(typed.reshape(*rows_shape, -1)))
         if mode != "decode":
             inputs.append(self.to_device(positions))
         self.kv_cache.begin_forward(seq_ids, lengths)
         logits, hidden, _ = self.vm[mode + suffix](*inputs, self.kv_cache.handle, self.params)
         self.kv_cache.end_forward()
         if mode == "decode":
-            logits = self.to_device(logits.numpy().reshape(-1, self.vocab_size)[positions])
+            logits = self.to_device(logits.numpy().reshape(len(flat), -1)[positions])
         rows = self._device_logits(logits, len(positions))
-        return rows, hidden.numpy().reshape(-1, self.hidden_size), positions
+        out = hidden.numpy()
+        return rows, out.reshape(-1, out.shape[-1]), positions
 
     def prefill_with_hidden(
         self,
@@ -296,8 +296,9 @@ class ModelRunner:
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
     ) -> tuple[DeviceLogits, np.ndarray]:
-        """`prefill_logits` through the artifact's hidden-states functions, and the
-        final-norm hidden states of every token of the chunks [total, hidden] on the host."""
+        """`prefill_logits` through the artifact's hidden-states functions, and the hidden
+        states of every token of the chunks on the host: the final-norm ones [total, hidden]
+        or, for a target built for an EAGLE-3 head, its aux layers' inputs [total, 3 * hidden]."""
         if HIDDEN_STATES_FUNCTION not in self.manifest.functions:
             raise ArtifactError(
                 f"the artifact has no {HIDDEN_STATES_FUNCTION!r}: build it for drafting from "

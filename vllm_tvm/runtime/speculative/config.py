@@ -4,14 +4,17 @@ Why a module of its own, light on purpose: engine options (runtime/engine/args.p
 and the command line parses it, neither of which may load TVM or numpy. What runs a
 configuration lives in the other modules of this package.
 
-vLLM's keys: `method` (ngram, draft_model, eagle, eagle3, mtp), `num_speculative_tokens`,
+vLLM's keys: `method` (ngram, draft_model, eagle, eagle3, mtp, suffix), `num_speculative_tokens`,
 `prompt_lookup_min` / `prompt_lookup_max` (n-gram lengths; one given sets the other, none:
 both 5, as in vLLM) and `model` (the draft or head checkpoint; `model` without `method`
-means a draft model, as in vLLM). Methods this engine does not run yet and every other vLLM
-key are refused by name, so a configuration is never silently half applied.
+means a draft model, as in vLLM). Methods this engine does not run yet (suffix decoding)
+and every other vLLM key are refused by name, so a configuration is never silently half
+applied.
 
-A draft model or an EAGLE head (`eagle`) is compiled like the target (same target, same
-dtype); `draft_artifact` is that build, None until the entry point resolves it (as
+A draft model or an EAGLE head (`eagle`: EAGLE-1, over the target's final hidden state;
+`eagle3`: EAGLE-3, over the inputs of three of the target's layers, with its own LM head
+over a draft vocabulary) is compiled like the target (same target, same dtype);
+`draft_artifact` is that build, None until the entry point resolves it (as
 `EngineArgs.artifact`), never JSON.
 """
 
@@ -21,13 +24,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
-"""Every method vLLM's `method` key names."""
+METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")
+"""The methods of vLLM's `method` key this engine knows (any other is refused as unknown)."""
 
-BUILT_METHODS = ("ngram", "draft_model", "eagle", "mtp")
+BUILT_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 """The methods this engine runs; the others of METHODS are refused by name."""
 
-MODEL_METHODS = {"draft_model": "draft", "eagle": "EAGLE head", "mtp": "MTP layer"}
+MODEL_METHODS = {
+    "draft_model": "draft",
+    "eagle": "EAGLE head",
+    "eagle3": "EAGLE-3 head",
+    "mtp": "MTP layer",
+}
 """The methods that draft with a model of their own, and what it is; all but `mtp` (whose
 layers are the target checkpoint's unless `model` names another) need its `model` path."""
 
@@ -41,8 +49,8 @@ KEYS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_
 class SpeculativeConfig:
     """How decode steps propose tokens: `method`, up to `num_speculative_tokens` per step
     verified in one forward; n-gram lookup matches the last `prompt_lookup_max` down to
-    `prompt_lookup_min` tokens earlier in the sequence; a draft model or EAGLE head
-    (`model`, compiled as `draft_artifact`) decodes the drafts itself."""
+    `prompt_lookup_min` tokens earlier in the sequence; a draft model, EAGLE or EAGLE-3
+    head (`model`, compiled as `draft_artifact`) decodes the drafts itself."""
 
     method: str
     num_speculative_tokens: int

@@ -1,15 +1,16 @@
-"""Loading a head that drafts from hidden states (an EAGLE head, an MTP layer) next to its
-target, and its two forwards.
+"""Loading a head that drafts from hidden states (an EAGLE or EAGLE-3 head, an MTP layer)
+next to its target, and its two forwards.
 
-Why it exists: the head is a compiled artifact of its own (model_defs/eagle.py,
+Why it exists: the head is a compiled artifact of its own (model_defs/eagle.py, eagle3.py,
 deepseek_mtp.py) with its own paged KV cache, like a draft model (draft_runner.py), but its
 forwards take the hidden state of each token next to its id and return the head's output
-hidden state next to the logits. Its embeddings (and an EAGLE head's LM head) are the
-target's, shared on the device, unless the head's checkpoint carries its own (as vLLM loads
-them); an EAGLE fc without a bias gets zeros. A head that cannot draft for the target is
-refused by name: another hidden size or vocabulary, another target or dtype, a target
-built without its hidden states, a target split over ranks or whose shared weights are
-quantized.
+hidden state next to the logits (an EAGLE-3 head's logits, over its draft vocabulary, are
+widened to the target's: eagle3_head.py). Its embeddings (and an EAGLE head's LM head) are
+the target's, shared on the device, unless the head's checkpoint carries its own (as vLLM
+loads them); an EAGLE fc without a bias gets zeros. A head that cannot draft for the target
+is refused by name: another hidden size or vocabulary, another target or dtype, a target
+built without the hidden states it reads, a target split over ranks or whose shared weights
+are quantized.
 """
 
 from __future__ import annotations
@@ -26,8 +27,15 @@ from vllm_tvm.checkpoints.weight_formats import FLOAT
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_runner import check_built_like_target, proposer_cache_sizes
+from vllm_tvm.runtime.speculative.eagle3_head import (
+    check_target_layers,
+    draft_to_target,
+    widen_logits,
+    with_layer_alias,
+)
 from vllm_tvm.runtime.weights.loader import (
     WeightMismatchError,
+    WeightSource,
     load_params,
     numpy_dtype,
     open_weights,
@@ -48,6 +56,9 @@ FC_BIAS = "model.fc.bias"
 class HeadRunner(ModelRunner):
     """A loaded head: its forwards take and return hidden states (module doc)."""
 
+    draft_to_target: np.ndarray | None = None
+    """An EAGLE-3 head's target token of each draft vocabulary entry (None: the same)."""
+
     def prefill_head(
         self,
         seq_ids: Sequence[int],
@@ -62,7 +73,8 @@ class HeadRunner(ModelRunner):
         logits, out, positions = self.run_ragged(
             seq_ids, chunks, logit_positions, input_hidden=hidden, zeroed_rows=zeroed_rows
         )
-        return logits.numpy(), out if len(out) == len(positions) else out[positions]
+        rows = widen_logits(logits.numpy(), self.draft_to_target, self.vocab_size)
+        return rows, out if len(out) == len(positions) else out[positions]
 
     def decode_head(
         self, seq_ids: Sequence[int], token_ids: Sequence[int], hidden: np.ndarray
@@ -77,7 +89,8 @@ class HeadRunner(ModelRunner):
             embeddings, self.to_device(typed.reshape(shape)), self.kv_cache.handle, self.params
         )
         self.kv_cache.end_forward()
-        return logits.numpy()[:, 0], out.numpy()[:, 0]
+        rows = widen_logits(logits.numpy()[:, 0], self.draft_to_target, self.vocab_size)
+        return rows, out.numpy()[:, 0]
 
 
 def load_head_runner(
@@ -99,14 +112,22 @@ def load_head_runner(
     manifest = read_manifest(Path(config.draft_artifact))
     check_head_fits(config, manifest.architecture, manifest.model_config, target)
     check_built_like_target(manifest, target, f"the {config.method} head {config.model!r}", "head")
-    return HeadRunner(
+    model = Path(config.model)
+    weights = open_weights(model)
+    targets = None
+    if config.method == "eagle3":
+        draft_vocab = int(manifest.model_config["draft_vocab_size"])
+        targets = draft_to_target(weights, model, draft_vocab, target.vocab_size)
+    runner = HeadRunner(
         config.draft_artifact,
         config.model,
         device=device,
         show_progress=show_progress,
-        params=_head_params(manifest.params, Path(config.model), target, show_progress),
+        params=_head_params(manifest.params, weights, model, target, show_progress),
         **proposer_cache_sizes(config, target, max_num_seqs, pool_tokens),
     )
+    runner.draft_to_target = targets
+    return runner
 
 
 def check_head_fits(
@@ -122,6 +143,7 @@ def check_head_fits(
             f"{what}s need the target built with its hidden states, on one device "
             "(tensor-parallel targets are not supported)"
         )
+    check_target_layers(config.method, model, head_config, target.config)
     for key, name in (("hidden_size", "hidden size"), ("vocab_size", "vocabulary")):
         if int(head_config[key]) != int(target.config[key]):
             raise ValueError(
@@ -131,11 +153,15 @@ def check_head_fits(
 
 
 def _head_params(
-    entries: list[ParamEntry], model: Path, target: ModelRunner, show_progress: bool
+    entries: list[ParamEntry],
+    weights: WeightSource,
+    model: Path,
+    target: ModelRunner,
+    show_progress: bool,
 ) -> list[Any]:
     """The head's parameters on the target's device, in call order (module doc)."""
-    weights = open_weights(model)
     available = set(weights.names())
+    entries = [with_layer_alias(entry, available) for entry in entries]
     own = [entry for entry in entries if entry.sources[0] in available]
     loaded = dict(
         zip(

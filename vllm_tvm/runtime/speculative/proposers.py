@@ -12,6 +12,7 @@ from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer
+from vllm_tvm.runtime.speculative.eagle3_head import exported_hidden_width
 from vllm_tvm.runtime.speculative.head_proposer import HeadProposer
 from vllm_tvm.runtime.speculative.head_runner import HeadRunner
 from vllm_tvm.runtime.speculative.target_hidden import TargetHiddenStates
@@ -34,6 +35,6 @@ def proposer_for(
     if config.method in HEAD_ARCHITECTURES:
         if not isinstance(draft_runner, HeadRunner):
             raise ValueError(f"speculative method {config.method!r} needs a head's runner")
-        store = TargetHiddenStates(target.hidden_size)
+        store = TargetHiddenStates(exported_hidden_width(target.config, target.hidden_size))
         return HeadProposer(draft_runner, sampler, store, config.method == "mtp")
     return DraftModelProposer(draft_runner, sampler)
