@@ -41,6 +41,15 @@ from vllm_tvm.benchmarking.report import host, versions
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 
 
+def bench_engine(model: Path, **options: Any) -> tuple[BenchConfig, Path, LLMEngine]:
+    """The engine `vllm-tvm bench` would run for `options` (token-id prompts, no progress
+    bars): its checked config, resolved artifact and the loaded engine."""
+    config = BenchConfig.from_options(model, pretokenize=True, show_progress=False, **options)
+    config.validate()
+    artifact = resolve_bench_artifact(config)
+    return config, artifact, load_bench_engine(config, artifact, config.input_len)
+
+
 def decode_report(
     results: list[DecodeOnly], engine: LLMEngine, config: BenchConfig, artifact: Path
 ) -> dict[str, Any]:
@@ -117,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    config = BenchConfig.from_options(
+    config, artifact, engine = bench_engine(
         args.model,
         concurrency=tuple(int(b) for b in args.batches.split(",")),
         input_len=args.input_len,
@@ -129,13 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         num_blocks=args.num_blocks,
         seed=args.seed,
-        pretokenize=True,
-        show_progress=False,
         async_scheduling=args.async_scheduling,
     )
-    config.validate()
-    artifact = resolve_bench_artifact(config)
-    engine = load_bench_engine(config, artifact, config.input_len)
     results = measure_decode_only(
         engine, config.concurrency, config.input_len, config.output_len, args.repeats, args.seed
     )

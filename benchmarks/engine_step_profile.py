@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_tvm.benchmarking.config import BenchConfig
-from vllm_tvm.benchmarking.engine_setup import load_bench_engine, resolve_bench_artifact
+from engine_decode import bench_engine
+
 from vllm_tvm.benchmarking.report import host, versions
 from vllm_tvm.benchmarking.runner import bench_sampling_params
 from vllm_tvm.benchmarking.workload import random_prompt_ids
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     batches = tuple(int(b) for b in args.batches.split(","))
-    config = BenchConfig.from_options(
+    _, _, engine = bench_engine(
         args.model,
         concurrency=batches,
         input_len=args.input_len,
@@ -90,13 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         artifact=args.artifact,
         load_format="dummy",
         max_num_batched_tokens=args.max_num_batched_tokens,
-        pretokenize=True,
-        show_progress=False,
         async_scheduling=args.async_scheduling,
     )
-    config.validate()
-    artifact = resolve_bench_artifact(config)
-    engine = load_bench_engine(config, artifact, config.input_len)
     report: dict[str, Any] = {
         "conditions": {
             "level": "engine",

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
 from vllm_tvm.artifacts.speculative_roles import (
     AUX_HIDDEN_STATES_TARGET,
@@ -128,18 +129,25 @@ def _target_build(args: EngineArgs) -> tuple[str | None, tuple[int, ...]]:
 
 def with_draft_artifact(args: EngineArgs) -> EngineArgs:
     """`args` with a draft model's, EAGLE or EAGLE-3 head's or MTP layer's artifact resolved
-    as the target's is (same device, dtype, weight format and quantization; compiled on first
-    use) when the speculative method is `draft_model`, `eagle`, `eagle3` or `mtp` (whose
-    layer is read from the target's checkpoint unless `model` names another); else `args`
-    unchanged."""
+    as the target's is (same device, weight format and quantization, the target artifact's
+    dtype; compiled on first use) when the speculative method is `draft_model`, `eagle`,
+    `eagle3` or `mtp` (whose layer is read from the target's checkpoint unless `model` names
+    another); else `args` unchanged."""
     spec = args.speculative_config
     if spec is None or spec.method not in MODEL_METHODS or spec.draft_artifact is not None:
         return args
     draft_model = resolve_model(spec.model or args.model)
+    # "auto" takes the target's dtype, not the draft's own config: a GGUF target computes in
+    # float32 on the CPU while a head's config.json may say float16.
+    dtype = (
+        read_manifest(artifact_for(args), verify=False).dtype
+        if args.dtype == "auto"
+        else args.dtype
+    )
     draft = resolve_artifact(
         draft_model,
         args.device,
-        args.dtype,
+        dtype,
         args.show_progress,
         args.weight_format,
         args.quantization,

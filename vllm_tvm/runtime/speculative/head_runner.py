@@ -202,5 +202,6 @@ def _target_param(entry: ParamEntry, targets: dict[str, tuple[ParamEntry, Any]])
                 )
             return param
     raise WeightMismatchError(
-        f"neither the head nor the target has {entry.name}: the head needs it"
+        f"neither the head nor the target has {entry.name} as a float tensor (a quantized "
+        "target's cannot stand for it): give the head its own"
     )
