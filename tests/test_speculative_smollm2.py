@@ -4,9 +4,10 @@ of three chat prompts, one asking to repeat code, so drafts are accepted), and r
 and EAGLE-3 heads of SmolLM2's real shape in EAGLE's checkpoint layout (the EAGLE-3 one over
 half the vocabulary through `d2t`, reading vLLM's default layers 2, 15 and 27 of the 30;
 both carry their own embeddings, and EAGLE-1 its LM head, since a quantized target's cannot
-stand for them). Each runs in a KV pool small enough to preempt, then one prompt again from
-the prefix cache. (A draft model needs a second checkpoint with SmolLM2's tokenizer, which
-no package ships; MTP layers exist only in DeepSeek-V3-family checkpoints.)"""
+stand for them), and a draft model: SmolLM2 itself, the one checkpoint with its tokenizer
+that a package ships (its drafts are its own greedy tokens, so nearly all are accepted).
+Each runs in a KV pool small enough to preempt, then one prompt again from the prefix
+cache. (MTP layers exist only in DeepSeek-V3-family checkpoints.)"""
 
 from __future__ import annotations
 
@@ -91,3 +92,9 @@ def test_greedy_tokens_with_a_head_equal_plain_decoding(heads, method: str) -> N
     spec = {"method": method, "model": str(heads[method]), "num_speculative_tokens": 3}
     llm = LLM(PATH, block_size=16, num_blocks=9, show_progress=False, speculative_config=spec)
     assert greedy_unchanged(llm, HEAD_QUESTIONS).spec_decode_num_drafts > 0
+
+
+def test_greedy_tokens_with_a_draft_model_equal_plain_decoding() -> None:
+    spec = {"method": "draft_model", "model": str(PATH), "num_speculative_tokens": 3}
+    llm = LLM(PATH, block_size=16, num_blocks=9, show_progress=False, speculative_config=spec)
+    assert greedy_unchanged(llm, HEAD_QUESTIONS).spec_decode_num_accepted_tokens > 0
