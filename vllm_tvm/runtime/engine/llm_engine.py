@@ -6,7 +6,10 @@ the scheduler picks the batch (scheduler.py), the batch becomes ONE forward (dec
 alone: the compiled decode; anything else: one ragged prefill, see model/batch.py), every
 sequence whose tokens are all computed samples its next token (on the device when it can,
 see sampling/dispatch.py), the stop rules run, what finished is freed, and the outputs of
-the requests the step touched are returned. Requests are checked and built in intake.py.
+the requests the step touched are returned. Under async scheduling (on by default for
+CUDA) a forward is sampled by the next `step()` call, after that call has launched the
+following forward, so the host's text and output work overlaps the device's (see `step`,
+token_appender.py). Requests are checked and built in intake.py.
 
 An engine built without a tokenizer (`EngineArgs.skip_tokenizer_init`, for benchmarks)
 takes token-id prompts only and produces no text, as vLLM does; text prompts and stop
@@ -59,7 +62,8 @@ logger = logging.getLogger(__name__)
 
 
 class LLMEngine:
-    """The synchronous engine: `add_request`, then `step()` until `has_unfinished` is False."""
+    """The engine loop: `add_request`, then `step()` until `has_unfinished` is False (steps
+    run on the caller's thread; the server runs them on a thread of its own)."""
 
     def __init__(
         self,
