@@ -132,18 +132,16 @@ def with_draft_artifact(args: EngineArgs) -> EngineArgs:
     as the target's is (same device, weight format and quantization, the target artifact's
     dtype; compiled on first use) when the speculative method is `draft_model`, `eagle`,
     `eagle3` or `mtp` (whose layer is read from the target's checkpoint unless `model` names
-    another); else `args` unchanged."""
+    another), the target's artifact then resolved too (its dtype is the draft's); else `args`
+    unchanged."""
     spec = args.speculative_config
     if spec is None or spec.method not in MODEL_METHODS or spec.draft_artifact is not None:
         return args
     draft_model = resolve_model(spec.model or args.model)
+    target = artifact_for(args)
     # "auto" takes the target's dtype, not the draft's own config: a GGUF target computes in
     # float32 on the CPU while a head's config.json may say float16.
-    dtype = (
-        read_manifest(artifact_for(args), verify=False).dtype
-        if args.dtype == "auto"
-        else args.dtype
-    )
+    dtype = read_manifest(target, verify=False).dtype if args.dtype == "auto" else args.dtype
     draft = resolve_artifact(
         draft_model,
         args.device,
@@ -154,7 +152,7 @@ def with_draft_artifact(args: EngineArgs) -> EngineArgs:
         speculative_role=HEAD_ROLES.get(spec.method),
     )
     draft_spec = replace(spec, model=str(draft_model), draft_artifact=str(draft))
-    return replace(args, speculative_config=draft_spec)
+    return replace(args, artifact=target, speculative_config=draft_spec)
 
 
 Conversation = Sequence[Mapping[str, Any]]
