@@ -78,6 +78,12 @@ def timeline(step, steps: int) -> dict:
             busy += end - cursor
             cursor = end
         last_name = name if end >= (cursor or 0) else last_name
+    # Host-side CUDA API calls (launches, copies, allocations, synchronisations): a call
+    # that blocks the host (a pageable copy, a malloc) shows here as long total time.
+    api: dict[str, list[float]] = collections.defaultdict(list)
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA and event.name.startswith("cu"):
+            api[event.name].append(event.time_range.end - event.time_range.start)
     per_category: dict[str, float] = collections.defaultdict(float)
     per_name: dict[str, float] = collections.defaultdict(float)
     for begin, end, name in kernels:
@@ -100,6 +106,29 @@ def timeline(step, steps: int) -> dict:
             f"{before} -> {after}": [round(sum(v) * us / 1e3, 4), round(len(v) / steps, 2)]
             for (before, after), v in sorted(where.items(), key=lambda kv: -sum(kv[1]))[:12]
         },
+        "host_api_ms_per_step": {
+            name: [round(sum(v) * us / 1e3, 4), round(len(v) / steps, 1)]
+            for name, v in sorted(api.items(), key=lambda kv: -sum(kv[1]))[:12]
+        },
+    }
+
+
+def host_return_ms(launch, finish, steps: int) -> dict:
+    """How long the host takes to launch a step (until `launch` returns) against the whole
+    step (`finish` on its result, then a device synchronisation): launch ≈ whole means the
+    device waits for the host."""
+    launched, whole = [], []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = launch()
+        launched.append(time.perf_counter() - start)
+        finish(result)
+        torch.cuda.synchronize()
+        whole.append(time.perf_counter() - start)
+    return {
+        "launch_ms_median": round(sorted(launched)[steps // 2] * 1e3, 4),
+        "whole_ms_median": round(sorted(whole)[steps // 2] * 1e3, 4),
     }
 
 
@@ -146,6 +175,13 @@ def main() -> None:
     for _ in range(3):
         prefill_once()
     report["prefill"] = timeline(prefill_once, 5)
+
+    def prefill_launch():
+        runner.kv_cache.remove_sequence(1)
+        runner.kv_cache.add_sequence(1)
+        return runner.prefill_logits([1], prompt)
+
+    report["prefill"]["host"] = host_return_ms(prefill_launch, lambda rows: rows.argmax(), 10)
     print("prefill", json.dumps(report["prefill"]), flush=True)
     runner.kv_cache.remove_sequence(1)
     for batch in batches:
@@ -161,6 +197,11 @@ def main() -> None:
         for _ in range(5):
             decode_once()
         report[f"decode_b{batch}"] = timeline(decode_once, args.steps)
+        report[f"decode_b{batch}"]["host"] = host_return_ms(
+            lambda ids=ids, tokens=tokens: runner.decode_logits(ids, tokens[0]),
+            lambda rows: rows.argmax(),
+            args.steps,
+        )
         print(f"decode b{batch}", json.dumps(report[f"decode_b{batch}"]), flush=True)
         for sid in ids:
             runner.kv_cache.remove_sequence(sid)

@@ -86,7 +86,7 @@ class HeadRunner(ModelRunner):
         self.kv_cache.begin_forward(seq_ids, [1] * len(seq_ids))
         typed = np.ascontiguousarray(to_dtype(hidden, self.manifest.dtype))
         logits, out, _ = self.vm["decode"](
-            embeddings, self.to_device(typed.reshape(shape)), self.kv_cache.handle, self.params
+            embeddings, self.forward_input(typed.reshape(shape)), self.kv_cache.handle, self.params
         )
         self.kv_cache.end_forward()
         rows = widen_logits(logits.numpy()[:, 0], self.draft_to_target, self.vocab_size)
