@@ -29,7 +29,6 @@ from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER
 from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
 from vllm_tvm.compiler.request import CompileRequest
-from vllm_tvm.compiler.rope_kernel import replace_rope_kernel
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS
 from vllm_tvm.compiler.speculative_variants import (
     config_for_role,
@@ -90,11 +89,6 @@ def export_model(request: CompileRequest) -> ExportedModel:
     apply_weight_formats(model, request.weight_formats)
     with _attention_build_environment(request):
         mod, named_params = model.export_tvm(spec=model.export_spec())
-    if request.target.kind == "cuda":
-        # TVM's split-and-rotate kernel recomputes each angle per head (rope_kernel.py).
-        mod = replace_rope_kernel(
-            mod, model.cache_rope(), model.cache_heads(), model.config.head_dim, model.dtype
-        )
     link_options: list[str] = []
     if model.kv_cache_extern_mods:
         existing = list(mod.attrs["external_mods"]) if "external_mods" in mod.attrs else []
