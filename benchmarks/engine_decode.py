@@ -11,11 +11,13 @@ box, or a small model on the CPU.
 Keys: decode_bB_tok_s (vLLM's definition), decode_bB_after_prefill_tok_s (tokens / seconds
 of the steps after every prompt had its first token), raw per-run seconds under `raw`.
 With `--batches 1 --input-len 128 --output-len 257`, decode_b1_tok_s is vLLM's b1 decode.
+With `--ttft-requests N`, ttft_<input_len>_ms_median: the median of N lone prompts' time to
+their one token (vLLM's ttft_1024_ms_median at --input-len 1024), raw seconds under `raw`.
 
 usage: python3 benchmarks/engine_decode.py --model CONFIG_DIR [--artifact A] [--device cuda]
            [--batches 32,64,256] [--input-len 1024] [--output-len 256] [--repeats 2]
            [--max-num-batched-tokens 8192] [--num-blocks N] [--no-async-scheduling]
-           --out FILE.json
+           [--ttft-requests 7] --out FILE.json
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +35,7 @@ from peers.result_conditions import EACH_BATCH, model_shape
 
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.benchmarking.config import BenchConfig
-from vllm_tvm.benchmarking.decode_only import DecodeOnly, measure_decode_only
+from vllm_tvm.benchmarking.decode_only import DecodeOnly, measure_decode_only, measure_ttft
 from vllm_tvm.benchmarking.engine_setup import (
     load_bench_engine,
     resolve_bench_artifact,
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the engine's async scheduling (default: the engine's, on for cuda)",
     )
+    parser.add_argument("--ttft-requests", type=int, default=0, help="0: no TTFT measurement")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     config, artifact, engine = bench_engine(
@@ -144,6 +148,17 @@ def main(argv: list[str] | None = None) -> int:
         engine, config.concurrency, config.input_len, config.output_len, args.repeats, args.seed
     )
     report = decode_report(results, engine, config, artifact)
+    if args.ttft_requests:
+        seconds = measure_ttft(engine, config.input_len, args.ttft_requests, args.seed)
+        key = f"ttft_{config.input_len}_ms_median"
+        report[key] = statistics.median(seconds) * 1e3
+        report["metric_conditions"][key] = {
+            "input_len": config.input_len,
+            "output_len": 1,
+            "batch": 1,
+        }
+        report["raw"][f"ttft_{config.input_len}_s"] = seconds
+        print(f"TTFT@{config.input_len}: {report[key]:.2f} ms", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     for result in results:

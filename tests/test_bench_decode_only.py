@@ -101,3 +101,29 @@ def test_the_script_writes_values_that_compare_divides_only_against_the_same_lev
             line for line in capsys.readouterr().out.splitlines() if "decode-only b2" in line
         )
         assert line.rstrip(" |").endswith(expected)
+
+
+def test_ttft_requests_record_the_lone_prompt_time_compare_divides(
+    tiny_model_dir, tmp_path: Path, capsys
+) -> None:
+    # The tiny model holds 512 positions: a 500-token prompt stands in for 1,024 and its key
+    # is renamed to vLLM's for the division; the recorded workload is checked as written.
+    out = tmp_path / "ours.json"
+    argv = ["--model", str(tiny_model_dir("llama")), "--batches", "1", "--input-len", "500"]
+    argv += ["--output-len", "2", "--repeats", "1", "--ttft-requests", "3"]
+    argv += ["--max-num-batched-tokens", "512"]
+    assert engine_decode.main([*argv, "--out", str(out)]) == 0
+    ours = json.loads(out.read_text())
+    assert len(ours["raw"]["ttft_500_s"]) == 3
+    assert ours["ttft_500_ms_median"] == pytest.approx(sorted(ours["raw"]["ttft_500_s"])[1] * 1e3)
+    workload = {"input_len": 500, "output_len": 1, "batch": 1}
+    assert ours["metric_conditions"]["ttft_500_ms_median"] == workload
+    ours["ttft_1024_ms_median"] = ours["ttft_500_ms_median"]
+    ours["metric_conditions"]["ttft_1024_ms_median"] = {**workload, "input_len": 1024}
+    out.write_text(json.dumps(ours))
+    peer = {**ours, "ttft_1024_ms_median": ours["ttft_1024_ms_median"] * 2}
+    (tmp_path / "peer.json").write_text(json.dumps(peer))
+    capsys.readouterr()
+    compare.main(["--ours", str(out), "--vllm", str(tmp_path / "peer.json"), "--batches", "1"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if "TTFT" in line)
+    assert line.rstrip(" |").endswith("0.50x")

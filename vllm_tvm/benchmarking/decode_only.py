@@ -136,3 +136,16 @@ def measure_decode_only(
         first = [run_batch(engine, prompts.take(batch), 1) for _ in range(repeats)]
         results.append(DecodeOnly(batch, input_len, output_len, full, first))
     return results
+
+
+def measure_ttft(engine: LLMEngine, input_len: int, requests: int, seed: int = 0) -> list[float]:
+    """Seconds from submitting a lone `input_len`-token prompt to its one token, `requests`
+    times after one untimed run: vLLM's `ttft_1024_ms_median` (run_vllm.py times a whole
+    `generate` call of one prompt for one token) at the same level.
+
+    Raises ValueError for fewer than one request."""
+    if requests < 1:
+        raise ValueError(f"requests must be >= 1, got {requests}")
+    prompts = PromptSource(engine.runner.vocab_size, input_len, seed)
+    run_batch(engine, prompts.take(1), 1)
+    return [run_batch(engine, prompts.take(1), 1).seconds for _ in range(requests)]
