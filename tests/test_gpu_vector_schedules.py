@@ -111,6 +111,20 @@ def test_kernels_it_cannot_prove_safe_are_declined(why: str, func):
     assert _apply(VectorizedElementwise(), func) is None, why
 
 
+def test_an_output_not_written_along_the_innermost_axis_is_declined():
+    @T.prim_func(private=True, s_tir=True)
+    def func(var_a: T.handle, var_out: T.handle):
+        n = T.int64()
+        a = T.match_buffer(var_a, (n, 64), "bfloat16")
+        out = T.match_buffer(var_out, (n, 64), "bfloat16")
+        for i, j in T.grid(n, 64):
+            with T.sblock("row_first"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, 0] = a[vi, vj]
+
+    assert _apply(VectorizedElementwise(), func) is None
+
+
 def test_a_buffer_with_an_element_offset_is_declined():
     @T.prim_func(private=True, s_tir=True)
     def func(var_a: T.handle, var_out: T.handle):

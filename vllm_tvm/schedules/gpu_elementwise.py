@@ -66,8 +66,9 @@ def _vector_lanes(block: s_tir.SBlock) -> int | None:
         if not isinstance(offset, tirx.IntImm):
             return None
         runs.append((buffer, int(offset.value)))
-    if not runs or not isinstance(extent, tirx.IntImm):
-        return None
+    store = block.body.buffer
+    if not runs or not runs[0][0].same_as(store) or not isinstance(extent, tirx.IntImm):
+        return None  # the output itself must be written along the innermost axis
     lanes = VECTOR_BYTES // (max(buffer.dtype.bits for buffer, _ in runs) // 8)
     if lanes < 2 or int(extent.value) % lanes:
         return None
