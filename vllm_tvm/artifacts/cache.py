@@ -8,10 +8,12 @@ code change never reuses a stale one.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 CACHE_ENV = "VLLM_TVM_CACHE_DIR"
@@ -53,3 +55,21 @@ def artifact_key(
 def artifact_dir_for(key: str) -> Path:
     """Where the artifact with this key lives in the cache."""
     return cache_root() / "artifacts" / key
+
+
+@contextmanager
+def entry_lock(entry: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `entry` (a file `<entry>.lock` beside it) for the block.
+
+    Why: processes sharing one cache (parallel test workers, two `generate` runs) would
+    otherwise each compile the same missing entry; under the lock the first one compiles and
+    the others find its finished entry. The lock is released when the process exits, however
+    it exits, so a crashed compile never wedges the cache.
+    """
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.with_name(f"{entry.name}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

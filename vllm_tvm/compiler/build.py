@@ -19,7 +19,7 @@ from pathlib import Path
 import tvm
 from tqdm import tqdm
 
-from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key
+from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key, entry_lock
 from vllm_tvm.artifacts.manifest import Manifest
 from vllm_tvm.checkpoints.fp8_weights import fp8_row_scaled
 from vllm_tvm.checkpoints.model_config import checkpoint_dtype, is_gguf, read_model_config
@@ -236,8 +236,12 @@ def _report_quantization(request: CompileRequest, show_progress: bool) -> None:
 
 
 def compile_cached(request: CompileRequest, show_progress: bool = True) -> Path:
-    """The cached artifact for `request`, compiling it on first use."""
+    """The cached artifact for `request`, compiling it on first use (once, when several
+    processes share the cache: the others wait for it under the entry's lock)."""
     output_dir = artifact_dir_for(cache_key_for(request))
     if (output_dir / "manifest.json").is_file():
         return output_dir
-    return compile_model(request, output_dir, show_progress)
+    with entry_lock(output_dir):
+        if (output_dir / "manifest.json").is_file():
+            return output_dir
+        return compile_model(request, output_dir, show_progress)
