@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from tiny_models import TINY_MODELS, make_tiny_model
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
@@ -20,6 +21,8 @@ if _WORKER is not None:
     # the first CPU). A value set by whoever runs the tests wins.
     os.environ.setdefault("VLLM_TVM_CPU_THREADS", "1")
     os.environ.setdefault("VLLM_TVM_CPU_PIN", "0")
+    # The same for torch's own pool (the oracle models): one thread per worker process.
+    torch.set_num_threads(1)
 
 _SHARED_GROUPS = {
     "test_cuda_artifact": "cuda_artifact",
