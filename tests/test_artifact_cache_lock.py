@@ -1,6 +1,5 @@
 """Callers sharing one artifact cache compile a missing entry once: the first compiles under the
-entry's lock, the others wait and reuse its artifact (parallel test workers, two `generate`
-runs started together)."""
+entry's lock, the others wait and reuse its artifact (two `generate` runs started together)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def artifact_dir_for(key: str) -> Path:
 def entry_lock(entry: Path) -> Iterator[None]:
     """Hold an exclusive lock on `entry` (a file `<entry>.lock` beside it) for the block.
 
-    Why: processes sharing one cache (parallel test workers, two `generate` runs) would
+    Why: processes sharing one cache (two `generate` runs, a `serve` and a `compile`) would
     otherwise each compile the same missing entry; under the lock the first one compiles and
     the others find its finished entry. The lock is released when the process exits, however
     it exits, so a crashed compile never wedges the cache.
