@@ -8,10 +8,10 @@ reduction (x = n + f with n an integer and |f| <= 1/2), a polynomial for 2^f and
 exponent bits of 2^n built by integer arithmetic: floor, casts, shifts and fused
 multiply-adds that every vector unit has.
 
-Accuracy (fp32 evaluation against float64, tests/test_vector_math.py): relative error
-below 2.5e-7 (about two fp32 rounding steps) wherever the result is a normal number.
-Inputs are clamped to [-127, 127]; from -126.5 down the result is exactly 0, which is what a
-softmax wants of a masked score.
+Accuracy (fp32 evaluation against float64, `test_vector_exp2_and_tanh_against_float64` in
+tests/test_cpu_attention_reference.py): relative error below 2.5e-7 (about two fp32
+rounding steps) wherever the result is a normal number. Inputs are clamped to [-127, 127];
+from -126.5 down the result is exactly 0, which is what a softmax wants of a masked score.
 """
 
 from __future__ import annotations
