@@ -3,7 +3,8 @@
 Why: a CPU speed claim holds only against the peer measured on the same cores in the same
 minutes, since these machines are shared and their speed drifts. This script builds llama.cpp
 once from the source vendored in the `llama-cpp-python==0.3.36` sdist (`pip download
---no-binary`, cmake Release, -DGGML_NATIVE=ON) into a cache directory, then runs llama-bench
+--no-binary`, cmake Release, -DGGML_NATIVE=ON, AMX off where the kernel grants no tile state:
+peers/cpu_isa.py) into a cache directory, then runs llama-bench
 and our model runner in turns (A B, B A, ... for several rounds), each in a fresh process, and
 writes every raw figure with the machine, its load average around each run and the versions.
 The comparison has parts (cpu_peer_parts.py: the default model's decode and prefill, an
@@ -33,11 +34,9 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -62,10 +61,13 @@ from cpu_peer_rss import (  # noqa: E402
     peer_generate_command,
     rss_ratio,
 )
+from llamacpp_cpu_build import (  # noqa: E402
+    LLAMA_CPP_PYTHON,
+    build_llamacpp,
+    llamacpp_build_options,
+)
 from run_llamacpp import parse_llama_bench  # noqa: E402
 
-LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
-TOOLS = ("llama-bench", "llama-batched-bench", "llama-quantize", "llama-completion")
 DEFAULT_CACHE = Path.home() / ".cache" / "vllm_tvm" / "cpu_peers"
 
 
@@ -73,36 +75,6 @@ def default_gguf() -> Path:
     from vllm_tvm.cli.default_model import default_model_path
 
     return Path(default_model_path())
-
-
-def build_llamacpp(cache: Path) -> Path:
-    """llama.cpp's bin/ with llama-bench, built once from the sdist's vendored source."""
-    bin_dir = cache / "build" / "bin"
-    if all((bin_dir / tool).exists() for tool in TOOLS):
-        return bin_dir
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        raise RuntimeError("cmake not found: install it (`pip install cmake` or apt's cmake)")
-    sdists = cache / "sdist"
-    found = sorted(sdists.glob("llama_cpp_python-*.tar.gz"))
-    if not found:
-        pip = [sys.executable, "-m", "pip", "download", LLAMA_CPP_PYTHON]
-        subprocess.run([*pip, "--no-binary", ":all:", "--no-deps", "-d", str(sdists)], check=True)
-        found = sorted(sdists.glob("llama_cpp_python-*.tar.gz"))
-    source = cache / "src"
-    if not source.exists():
-        with tarfile.open(found[-1]) as archive:
-            archive.extractall(source, filter="data")
-    (vendored,) = source.glob("llama_cpp_python-*/vendor/llama.cpp")
-    configure = [cmake, "-S", str(vendored), "-B", str(cache / "build")]
-    options = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF"]
-    options += ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
-    subprocess.run([*configure, *options], check=True)
-    jobs = str(len(os.sched_getaffinity(0)))
-    subprocess.run(
-        [cmake, "--build", str(cache / "build"), "-j", jobs, "--target", *TOOLS], check=True
-    )
-    return bin_dir
 
 
 def machine() -> dict[str, Any]:
@@ -133,7 +105,12 @@ def versions() -> dict[str, str]:
     commit = subprocess.run(
         ["git", "-C", str(HERE), "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
-    return {"vllm_tvm_commit": commit, "tvm": tvm.__version__, "llama.cpp": LLAMA_CPP_PYTHON}
+    return {
+        "vllm_tvm_commit": commit,
+        "tvm": tvm.__version__,
+        "llama.cpp": LLAMA_CPP_PYTHON,
+        "llama.cpp_build_options": " ".join(llamacpp_build_options()),
+    }
 
 
 def run_llamacpp(bin_dir: Path, gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
