@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from vllm_tvm.server.chat_messages import template_content
 from vllm_tvm.server.chat_output import (
     ChoiceOutputParser,
     ToolChoice,
@@ -101,7 +102,7 @@ class ChatCall:
         last = self.request.messages[-1] if self.request.messages else None
         if not self.request.echo or last is None or last.role != ROLE:
             return ""
-        return last.content if isinstance(last.content, str) else ""
+        return template_content(len(self.request.messages) - 1, last.content)
 
     def output_parser(self) -> ChoiceOutputParser:
         """A parser for one choice's text."""
