@@ -38,7 +38,9 @@ from vllm_tvm.server.config import (
     DEFAULT_MAX_LOGPROBS,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
     DEFAULT_REQUEST_READ_TIMEOUT,
+    MAX_NEW_TOKENS_ENV,
     ServerConfig,
+    count_from_env,
 )
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "guidance")
@@ -213,6 +215,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         request_read_timeout=args.request_read_timeout,
         max_sequences_per_request=args.max_sequences_per_request,
         max_waiting_requests=args.max_waiting_requests,
+        max_new_tokens=count_from_env(MAX_NEW_TOKENS_ENV, os.environ),
         disable_uvicorn_access_log=args.disable_uvicorn_access_log,
         uvicorn_log_level="debug" if args.verbose else args.uvicorn_log_level,
     )

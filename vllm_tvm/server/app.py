@@ -49,11 +49,11 @@ MASKED = "<hidden>"
 
 
 def shown_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The VLLM*/TVM* variables /server_info shows, secrets masked."""
+    """The VLLM*/TVM*/VT_* variables /server_info shows, secrets masked."""
     return {
         name: MASKED if any(part in name.upper() for part in SECRET_NAME_PARTS) else value
         for name, value in environ.items()
-        if name.startswith(("VLLM", "TVM"))
+        if name.startswith(("VLLM", "TVM", "VT_"))
     }
 
 

@@ -30,7 +30,7 @@ from vllm_tvm.server.errors import APIError
 from vllm_tvm.server.generation import ChoiceDelta, ChoiceState, Generation, Prompt, PromptState
 from vllm_tvm.server.logprobs import chat_logprobs, prompt_logprobs_json
 from vllm_tvm.server.protocol import ChatCompletionRequest, NamedToolChoice
-from vllm_tvm.server.sampling import sampling_params, structured_outputs
+from vllm_tvm.server.sampling import check_fits_context, sampling_params, structured_outputs
 from vllm_tvm.server.serving import ServingContext, off_loop
 from vllm_tvm.server.sse import DONE, EventStreamResponse, sse, sse_error, sse_generation_failed
 
@@ -81,6 +81,7 @@ class ChatCall:
             if request.max_completion_tokens is not None
             else request.max_tokens
         )
+        check_fits_context(budget, [len(self.prompt.token_ids)], ctx.max_model_len)
         self.top_logprobs = request.top_logprobs or 0
         self.params = sampling_params(
             request,
@@ -88,6 +89,7 @@ class ChatCall:
             max_tokens=budget,
             logprobs=self.top_logprobs if request.logprobs else None,
             prompt_logprobs=request.prompt_logprobs,
+            ceiling=ctx.config.max_new_tokens,
             skip_special_tokens=False if keep_specials else None,
         )
         self.tools = (

@@ -10,6 +10,7 @@ logging and metrics on; and the bounds on what one client may ask (admission.py)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,20 @@ DEFAULT_MAX_REQUEST_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_REQUEST_READ_TIMEOUT = 30.0
 """Seconds a client has to send a request's header, and again to send its body."""
 
+MAX_NEW_TOKENS_ENV = "VT_SERVER_MAX_NEW_TOKENS"
+"""The reference server's serving-side cap on every request's output budget (unset or 0: none)."""
+
+
+def count_from_env(name: str, environ: Mapping[str, str]) -> int | None:
+    """A non-negative whole number from environment variable `name` (None when unset or
+    empty); ValueError naming the variable otherwise."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"{name} must be a whole number of 0 or more, got {text!r}")
+    return int(text)
+
 
 @dataclass
 class ServerConfig:
@@ -38,7 +53,8 @@ class ServerConfig:
     `trust_request_chat_template` lets requests bring their own chat template (refused by
     default, as in vLLM); `disable_additional_properties` (default, as vLLM's default
     structured-output backend) lets a JSON object carry no property its schema does not
-    list, unless the schema says `additionalProperties`."""
+    list, unless the schema says `additionalProperties`. `max_new_tokens` (positive) caps
+    every request's output budget; None or 0: no cap."""
 
     engine: EngineArgs
     served_model_name: list[str] = field(default_factory=list)
@@ -61,6 +77,7 @@ class ServerConfig:
     request_read_timeout: float = DEFAULT_REQUEST_READ_TIMEOUT
     max_sequences_per_request: int = DEFAULT_MAX_SEQUENCES_PER_REQUEST
     max_waiting_requests: int = DEFAULT_MAX_WAITING_REQUESTS
+    max_new_tokens: int | None = None
     disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
 
