@@ -38,9 +38,12 @@ from vllm_tvm.server.config import (
     DEFAULT_MAX_LOGPROBS,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
     DEFAULT_REQUEST_READ_TIMEOUT,
+    DEFAULT_SSE_PING_SECONDS,
     MAX_NEW_TOKENS_ENV,
+    SSE_PING_ENV,
     ServerConfig,
     count_from_env,
+    seconds_from_env,
 )
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "guidance")
@@ -216,6 +219,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_sequences_per_request=args.max_sequences_per_request,
         max_waiting_requests=args.max_waiting_requests,
         max_new_tokens=count_from_env(MAX_NEW_TOKENS_ENV, os.environ),
+        sse_ping_seconds=seconds_from_env(SSE_PING_ENV, os.environ, DEFAULT_SSE_PING_SECONDS),
         disable_uvicorn_access_log=args.disable_uvicorn_access_log,
         uvicorn_log_level="debug" if args.verbose else args.uvicorn_log_level,
     )

@@ -207,7 +207,7 @@ async def create_chat_completion(
     )
     ctx.log_request(call.request_id, call.prompt_text, call.params)
     if request.stream:
-        return EventStreamResponse(_stream(call, generation))
+        return EventStreamResponse(_stream(call, generation), ctx.config.sse_ping_seconds)
     states = await ctx.run_to_end(generation, raw_request.receive)
     if states is None:
         return Response(status_code=int(HTTPStatus.NO_CONTENT))

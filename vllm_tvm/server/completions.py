@@ -201,7 +201,9 @@ async def create_completion(
         ctx.log_request(rid, prompt.text if prompt.text is not None else prompt.token_ids, params)
     formatter = CompletionFormatter(ctx, request, request_id)
     if request.stream:
-        return EventStreamResponse(_stream(ctx, request, generation, formatter))
+        return EventStreamResponse(
+            _stream(ctx, request, generation, formatter), ctx.config.sse_ping_seconds
+        )
     states = await ctx.run_to_end(generation, raw_request.receive)
     if states is None:
         return Response(status_code=int(HTTPStatus.NO_CONTENT))

@@ -34,6 +34,27 @@ MAX_NEW_TOKENS_ENV = "VT_SERVER_MAX_NEW_TOKENS"
 """The reference server's serving-side cap on every request's output budget (unset or 0: none)."""
 
 
+SSE_PING_ENV = "VT_SERVER_SSE_PING_S"
+"""Seconds between SSE comment frames while a stream waits (0: none)."""
+
+DEFAULT_SSE_PING_SECONDS = 15.0
+
+
+def seconds_from_env(name: str, environ: Mapping[str, str], default: float) -> float:
+    """Non-negative seconds from environment variable `name` (`default` when unset or
+    empty); ValueError naming the variable otherwise."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"{name} must be a number of seconds, 0 or more, got {text!r}")
+    return seconds
+
+
 def count_from_env(name: str, environ: Mapping[str, str]) -> int | None:
     """A non-negative whole number from environment variable `name` (None when unset or
     empty); ValueError naming the variable otherwise."""
@@ -54,7 +75,8 @@ class ServerConfig:
     default, as in vLLM); `disable_additional_properties` (default, as vLLM's default
     structured-output backend) lets a JSON object carry no property its schema does not
     list, unless the schema says `additionalProperties`. `max_new_tokens` (positive) caps
-    every request's output budget; None or 0: no cap."""
+    every request's output budget; None or 0: no cap. `sse_ping_seconds` is the gap
+    between SSE comment frames while a stream waits (0: none)."""
 
     engine: EngineArgs
     served_model_name: list[str] = field(default_factory=list)
@@ -78,6 +100,7 @@ class ServerConfig:
     max_sequences_per_request: int = DEFAULT_MAX_SEQUENCES_PER_REQUEST
     max_waiting_requests: int = DEFAULT_MAX_WAITING_REQUESTS
     max_new_tokens: int | None = None
+    sse_ping_seconds: float = DEFAULT_SSE_PING_SECONDS
     disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
 
