@@ -175,6 +175,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="answer 429 to a request while this many wait for their first token "
         f"(default {DEFAULT_MAX_WAITING_REQUESTS})",
     )
+    parser.add_argument(
+        "--enable-tokenizer-info-endpoint",
+        action="store_true",
+        help="serve GET /tokenizer_info (special tokens, chat template) for remote tokenizers",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     add_vllm_serve_flags(parser)
     parser.set_defaults(run=run)
@@ -218,6 +223,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         request_read_timeout=args.request_read_timeout,
         max_sequences_per_request=args.max_sequences_per_request,
         max_waiting_requests=args.max_waiting_requests,
+        enable_tokenizer_info_endpoint=args.enable_tokenizer_info_endpoint,
         max_new_tokens=count_from_env(MAX_NEW_TOKENS_ENV, os.environ),
         sse_ping_seconds=seconds_from_env(SSE_PING_ENV, os.environ, DEFAULT_SSE_PING_SECONDS),
         disable_uvicorn_access_log=args.disable_uvicorn_access_log,

@@ -101,6 +101,7 @@ class ServerConfig:
     max_waiting_requests: int = DEFAULT_MAX_WAITING_REQUESTS
     max_new_tokens: int | None = None
     sse_ping_seconds: float = DEFAULT_SSE_PING_SECONDS
+    enable_tokenizer_info_endpoint: bool = False
     disable_uvicorn_access_log: bool = False
     uvicorn_log_level: str = "info"
 
