@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import httpx2 as httpx
 import pytest
 from server_helpers import MODEL_NAME, LiveServer
@@ -23,6 +24,7 @@ from server_helpers import MODEL_NAME, LiveServer
 from vllm_tvm.cli.main import build_parser
 from vllm_tvm.cli.serve_cmd import config_from_args
 from vllm_tvm.server.serving import ServingContext
+from vllm_tvm.server.sse import with_pings
 
 WAIT = 0.6
 PING_SECONDS = 0.1
@@ -110,3 +112,34 @@ def test_the_interval_comes_from_vt_server_sse_ping_s(monkeypatch) -> None:
     monkeypatch.setenv("VT_SERVER_SSE_PING_S", "-1")
     with pytest.raises(ValueError, match="VT_SERVER_SSE_PING_S must be a number of seconds"):
         config_from_args(parser.parse_args(["serve", "/m"]))
+
+
+def test_closing_a_pinged_stream_mid_wait_closes_its_producer() -> None:
+    """The disconnect path: the stream is closed while the producer waits for the engine;
+    the producer's own clean-up (which aborts its requests) has run when close returns."""
+    cleaned: list[str] = []
+
+    async def producer() -> AsyncIterator[str]:
+        try:
+            await asyncio.sleep(30)
+            yield "data: never\n\n"
+        finally:
+            cleaned.append("aborted")
+
+    async def scenario() -> None:
+        events = producer()
+        framed = with_pings(events, 0.01)
+
+        async def consume() -> None:
+            async for _event in framed:
+                pass
+
+        async with anyio.create_task_group() as group:  # how the response runs a stream
+            group.start_soon(consume)
+            await asyncio.sleep(0.1)
+            group.cancel_scope.cancel()  # the client left
+        assert cleaned == ["aborted"]
+        await framed.aclose()
+        await events.aclose()  # what the response does next: no "already running" error
+
+    asyncio.run(scenario())

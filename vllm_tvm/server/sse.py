@@ -16,7 +16,6 @@ SSE clients skip comments, so no token or event changes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -79,10 +78,10 @@ async def with_pings(
                 pending = None
             yield event
     finally:
-        if pending is not None:  # the producer is mid-step: stop it before closing it
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+        if pending is not None:  # the producer is mid-step: stop it, and wait until it has
+            pending.cancel()  # (shielded: a cancelled stream must still let it finish)
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({pending})
 
 
 class EventStreamResponse(StreamingResponse):
