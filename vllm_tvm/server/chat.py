@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from vllm_tvm.server.chat_messages import template_content
+from vllm_tvm.runtime.tokenization.chat_messages import template_content
 from vllm_tvm.server.chat_output import (
     ChoiceOutputParser,
     ToolChoice,

@@ -28,7 +28,7 @@ from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.runtime.tokenization import ChatTemplateError, Tokenizer
-from vllm_tvm.server.chat_messages import template_messages
+from vllm_tvm.runtime.tokenization.chat_messages import UnsupportedContentError, template_messages
 from vllm_tvm.server.config import ServerConfig
 from vllm_tvm.server.errors import APIError
 from vllm_tvm.server.generation import (
@@ -172,7 +172,10 @@ class ServingContext:
             chat_template = template_kwargs.get("chat_template")
         if chat_template is not None and not self.config.trust_request_chat_template:
             raise APIError(UNTRUSTED_TEMPLATE, param="chat_template")
-        chat = template_messages(messages)
+        try:
+            chat = template_messages([item.model_dump(exclude_unset=True) for item in messages])
+        except UnsupportedContentError as err:
+            raise APIError(str(err), param="messages") from err
         tool_dicts = [tool.model_dump(exclude_none=True) for tool in tools] if tools else None
         extra = {name: value for name, value in template_kwargs.items() if name != "chat_template"}
         if continue_final_message:

@@ -1,5 +1,5 @@
-"""Request messages -> the dicts a chat template reads, for every content shape the OpenAI
-API allows.
+"""Chat messages -> the dicts a chat template reads, for every content shape the OpenAI API
+allows; the server's requests and `LLM.chat` both go through it.
 
 Why it exists: clients send one message in several shapes, and templates read only one. An
 assistant turn that called tools comes with `content: null` (LangChain always, the openai
@@ -8,7 +8,8 @@ SDK's `model_dump(exclude_none=True)` by leaving the key out) and templates conc
 them. A list of content parts becomes its texts joined by newlines (how vLLM feeds
 string-content templates): `text` parts (and the Responses API's `input_text` /
 `output_text`) by their `text`, `refusal` parts by their `refusal`. A part this text-only
-server cannot show the model (an image, audio, a file) is refused by name. Keys the client
+runtime cannot show the model (an image, audio, a file) is refused by name
+(`UnsupportedContentError`, a ValueError). Keys the client
 sent as null (`tool_calls`, `name`, ...) are dropped, so a template testing
 `'tool_calls' in message` sees what the client meant. Tool-call arguments arrive as JSON
 text and templates expect objects, so they are decoded.
@@ -20,9 +21,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_tvm.server.errors import APIError
-from vllm_tvm.server.protocol import ChatMessage
-
 TEXT_PART_FIELDS = {
     "text": "text",
     "input_text": "text",
@@ -32,15 +30,18 @@ TEXT_PART_FIELDS = {
 """Content part type -> the field holding its text."""
 
 
+class UnsupportedContentError(ValueError):
+    """A message's content part that is not text (named, with what is accepted)."""
+
+
 def _part_text(index: int, part: object) -> str:
     kind = part.get("type") if isinstance(part, Mapping) else None
     field = TEXT_PART_FIELDS.get(kind) if isinstance(kind, str) else None
     text = part.get(field) if field is not None and isinstance(part, Mapping) else None
     if not isinstance(text, str):
         supported = ", ".join(repr(name) for name in TEXT_PART_FIELDS)
-        raise APIError(
-            f"messages[{index}]: unsupported content part {kind!r}; supported: {supported}",
-            param="messages",
+        raise UnsupportedContentError(
+            f"messages[{index}]: unsupported content part {kind!r}; supported: {supported}"
         )
     return text
 
@@ -71,16 +72,12 @@ def _template_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """Request messages as the dicts a chat template reads (see the module docstring)."""
+def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as the dicts a chat template reads (see the module docstring)."""
     result = []
     for index, message in enumerate(messages):
-        item = {
-            key: value
-            for key, value in message.model_dump(exclude_unset=True).items()
-            if value is not None
-        }
-        item["content"] = template_content(index, message.content)
+        item = {key: value for key, value in message.items() if value is not None}
+        item["content"] = template_content(index, message.get("content"))
         if item.get("tool_calls"):
             item["tool_calls"] = _template_tool_calls(item["tool_calls"])
         result.append(item)
