@@ -521,6 +521,16 @@ def test_garbage_never_raises(dialect: str) -> None:
     alphabet += ["[ARGS]", "<function=", "<parameter=", "</parameter>", "</function>"]
     alphabet += ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "name"]  # noqa: RUF001
     alphabet += ['"name"', '"arguments"', "f", "a=", "<|python_tag|>", "<|tool_call_start|>"]
+    alphabet += ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", '<invoke name="']
+    alphabet += ['<parameter name="', "</invoke>", "<minimax:tool_call>", "<|tool_call>", "call:"]
+    alphabet += ['<|"|>', "<tool_call|>", "<tool_calls>", "</tool_calls>", "<|tool_call|>"]
+    alphabet += [
+        "functools",
+        "<|tools_prefix|>",
+        "<function_calls>",
+        "<|tool_calls_section_begin|>",
+    ]
+    alphabet += ["<|tool_call_begin|>", "<|tool_call_argument_begin|>", '">', "<seed:tool_call>"]
     parser = get_tool_parser(dialect)
     for _ in range(300):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
