@@ -14,8 +14,17 @@ from typing import Any
 import pytest
 from parser_streams import SPLITS
 from test_tool_parsers import CASES
-from tool_parser_cases import TOOLS, assert_stream_matches_extract, calls_of, rebuild, streamed
+from tool_parser_cases import (
+    RICH,
+    TOOLS,
+    assert_stream_matches_extract,
+    calls_of,
+    rebuild,
+    streamed,
+)
+from tool_parser_templates import load_template, render
 
+from vllm_tvm.server.reasoning_parsers import get_reasoning_parser
 from vllm_tvm.server.tool_parsers import get_tool_parser, tool_parser_names
 
 PARIS = ("get_weather", {"city": "Paris", "days": 3})
@@ -186,3 +195,25 @@ def test_bare_json_dialects_leave_a_json_answer_as_content() -> None:
     for name in ("xlam", "granite"):
         for text in ('{"answer": 42}', '[{"name": "Bob", "age": 3}]', "[1] is a citation"):
             assert get_tool_parser(name).extract(text) == (text, [])
+
+
+def test_muse_glimmer_reads_calls_out_of_the_channel_framing_its_template_renders() -> None:
+    template = load_template("muse-glimmer")
+    user = [{"role": "user", "content": "What is the weather in Paris?"}]
+    tool_calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": args}}
+        for i, (name, args) in enumerate((RICH, FILE))
+    ]
+    turn = {"role": "assistant", "reasoning_content": "Look it up.", "tool_calls": tool_calls}
+    prompt = render(template, user, add_generation_prompt=True, tools=TOOLS)
+    full = render(template, [*user, turn], add_generation_prompt=False, tools=TOOLS)
+    assert full.startswith(prompt) and full.endswith("<|eot|>")
+    output = full[len(prompt) : -len("<|eot|>")]
+    reasoning, text = get_reasoning_parser("muse_glimmer").extract(output)
+    assert reasoning == "Look it up." and text is not None
+    parser = get_tool_parser("muse_glimmer")
+    assert calls_of(parser, text) == (None, [RICH, FILE])
+    assert_stream_matches_extract(parser, text)
+    answer = " to=user<|message|>It is sunny."
+    assert parser.extract(answer) == ("It is sunny.", [])
+    assert_stream_matches_extract(parser, answer)

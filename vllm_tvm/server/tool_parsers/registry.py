@@ -16,6 +16,7 @@ from vllm_tvm.server.tool_parsers.deepseek_v3 import DeepSeekV3Reader, KimiK2Rea
 from vllm_tvm.server.tool_parsers.gemma_calls import FunctionGemmaReader, GemmaCallReader
 from vllm_tvm.server.tool_parsers.llama3_json import Llama3JsonReader
 from vllm_tvm.server.tool_parsers.mistral import MistralToolParser
+from vllm_tvm.server.tool_parsers.muse_glimmer import MuseGlimmerReader
 from vllm_tvm.server.tool_parsers.none import PlainTextReader
 from vllm_tvm.server.tool_parsers.pythonic import Olmo3Reader, PythonicReader
 
@@ -49,7 +50,7 @@ _READERS: dict[str, type[DialectReader]] = {
     "mimo": xml.Qwen3Reader,
     "minicpm5": xml.MiniCpm5Reader,
     "minimax_m2": xml.MiniMaxM2Reader,
-    "muse_glimmer": xml.MuseGlimmerReader,
+    "muse_glimmer": MuseGlimmerReader,
     "none": PlainTextReader,
     "olmo3": Olmo3Reader,
     "phi4_mini_json": tagged.Phi4MiniJsonReader,

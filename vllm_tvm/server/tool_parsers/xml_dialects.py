@@ -160,12 +160,6 @@ class DeepSeekV4Reader(XmlCallReader):
     FORMAT = DEEPSEEK_V4
 
 
-class MuseGlimmerReader(XmlCallReader):
-    """``muse_glimmer``: ATEM ``<atem:invoke>`` calls in ``<atem:function_calls>`` blocks."""
-
-    FORMAT = MUSE_GLIMMER
-
-
 class Step3Reader(XmlCallReader):
     """``step3``: ``<steptml:invoke>`` calls between Step 3's call tokens."""
 
