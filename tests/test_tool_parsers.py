@@ -189,7 +189,7 @@ def test_every_prefix_of_a_rendering_is_content_or_the_calls_completed_so_far(ca
     # What a generation cut by max_tokens looks like, at every cut point.
     parser = get_tool_parser(case.dialect)
     text = tool_text(case)
-    for end in range(0, len(text) + 1, 2):
+    for end in range(0, len(text) + 1, case.prefix_stride):
         prefix = text[:end]
         content, calls = calls_of(parser, prefix)
         if calls:

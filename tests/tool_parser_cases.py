@@ -126,6 +126,7 @@ class Case:
     keep_none_content: bool = False
     variables: dict[str, Any] = field(default_factory=dict)
     detected: str | None = None
+    prefix_stride: int = 2
 
     @property
     def auto(self) -> str:
