@@ -14,6 +14,7 @@ calls is dropped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from vllm_tvm.server.tool_parsers.base import MalformedToolCall, State, Tools
@@ -31,6 +32,8 @@ class TaggedJsonReader(JsonObjectDialect):
 
     STARTS: ClassVar[tuple[str, ...]] = ("<tool_call>",)
     END: ClassVar[str | None] = "</tool_call>"
+    # Markers whose payload ends otherwise than with ``END`` (None: no end marker).
+    END_OF: ClassVar[Mapping[str, str | None]] = {}
     LEADING: ClassVar[bool] = False
     NAMED_OBJECTS: ClassVar[bool] = False
 
@@ -39,6 +42,7 @@ class TaggedJsonReader(JsonObjectDialect):
         self._strict = False
         self._in_list = False
         self._then_named: State = self._after_payload
+        self._end = self.END
 
     def _initial_state(self) -> State:
         return self._at_start if self.LEADING else self._in_content
@@ -50,7 +54,10 @@ class TaggedJsonReader(JsonObjectDialect):
                 self._state = self._in_content
                 return True
             return False
-        if text[pos] in "[{":
+        head = text[pos : pos + max(map(len, self.STARTS))]
+        if not final and any(len(head) < len(m) and m.startswith(head) for m in self.STARTS):
+            return False  # perhaps a marker that starts with a bracket ([TOOL_CALLS])
+        if text[pos] in "[{" and not any(text.startswith(m, pos) for m in self.STARTS):
             self._strict = True
             self._pos = pos
             self._state = self._payload
@@ -67,6 +74,7 @@ class TaggedJsonReader(JsonObjectDialect):
 
     def _after_marker(self, text: str, index: int) -> None:
         marker = next(m for m in self.STARTS if text.startswith(m, index))
+        self._end = self.END_OF.get(marker, self.END)
         self._pos = index + len(marker)
         self._state = self._payload
 
@@ -142,8 +150,8 @@ class TaggedJsonReader(JsonObjectDialect):
             self._pos = pos  # MiniMax-M1 writes one object per line in one <tool_calls>
             self._state = self._call_item
             return True
-        if self.END is not None:
-            pos = skip_optional(text, pos, self.END, final)
+        if self._end is not None:
+            pos = skip_optional(text, pos, self._end, final)
         self._pos = self.committed = pos
         self._state = self._between_calls
         return True
@@ -198,8 +206,11 @@ class GraniteReader(TaggedJsonReader):
 
 
 class XlamReader(TaggedJsonReader):
-    """``xlam``: xLAM's bare list of calls (or Hermes-tagged objects)."""
+    """``xlam``: xLAM's bare list of calls, or the list in a ```json fence, after
+    ``[TOOL_CALLS]`` or in ``<tool_call>`` tags (the forms vLLM's parser accepts)."""
 
+    STARTS = ("<tool_call>", "```json", "[TOOL_CALLS]")
+    END_OF: ClassVar[Mapping[str, str | None]] = {"```json": "```", "[TOOL_CALLS]": None}
     LEADING = True
 
 
