@@ -46,10 +46,10 @@ STRUCTURED_OUTPUT_BACKENDS = ("auto", "guidance")
 
 
 def _parser_names() -> tuple[list[str], list[str]]:
-    from vllm_tvm.server.reasoning_parsers import reasoning_parser_names
+    from vllm_tvm.server.reasoning_parsers import reasoning_parser_choices
     from vllm_tvm.server.tool_parsers import tool_parser_names
 
-    return tool_parser_names(), ["none", *reasoning_parser_names()]
+    return tool_parser_names(), reasoning_parser_choices()
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
