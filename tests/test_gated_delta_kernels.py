@@ -4,7 +4,8 @@ Covered: the chunked prefill scan over a ragged batch (sequences of several chun
 chunk, a tail shorter than a chunk, one token), with nonzero states handed in; a sequence
 prefilled in two calls with the state carried between them; decode steps after a prefill;
 grouped heads (two value heads per key head); the causal conv with its rolling state, for
-prompts shorter than the kernel and for one-token decode steps.
+prompts shorter than the kernel and for one-token decode steps; states updated in place at
+the batch's slots of a larger pool, the other slots bit-for-bit unchanged.
 
 Tolerance: 2e-5 absolute on outputs and states of O(1) magnitude (fp32 kernels against a
 float64 recurrence; the errors measured are below 1e-6).
@@ -63,19 +64,26 @@ def _starts(lengths: list[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
 
 
-def _run_chunked(kernels: dict, tokens: tuple, starts: np.ndarray, states: np.ndarray):
-    n = tokens[0].shape[0]
+def _slots(slots: list[int] | None, batch: int) -> tvm.runtime.Tensor:
+    """The batch's pool slots (default: slot b for sequence b)."""
+    return _tensor(np.asarray(range(batch) if slots is None else slots))
+
+
+def _run_chunked(kernels: dict, tokens: tuple, starts: np.ndarray, pool: np.ndarray, slots=None):
+    """(out, the pool after the call): the kernel updates its slots in place."""
+    n, batch = tokens[0].shape[0], len(starts) - 1
     out = tvm.runtime.tensor(np.zeros((n, HEADS_V, V_DIM), np.float32))
-    new_states = tvm.runtime.tensor(np.zeros(states.shape, np.float32))
-    kernels["chunked"](*map(_tensor, tokens), _tensor(starts), _tensor(states), out, new_states)
-    return out.numpy(), new_states.numpy()
+    states = _tensor(pool)
+    kernels["chunked"](*map(_tensor, tokens), _tensor(starts), _slots(slots, batch), states, out)
+    return out.numpy(), states.numpy()
 
 
-def _run_step(kernels: dict, tokens: tuple, states: np.ndarray):
-    out = tvm.runtime.tensor(np.zeros((tokens[0].shape[0], HEADS_V, V_DIM), np.float32))
-    new_states = tvm.runtime.tensor(np.zeros(states.shape, np.float32))
-    kernels["step"](*map(_tensor, tokens), _tensor(states), out, new_states)
-    return out.numpy(), new_states.numpy()
+def _run_step(kernels: dict, tokens: tuple, pool: np.ndarray, slots=None):
+    batch = tokens[0].shape[0]
+    out = tvm.runtime.tensor(np.zeros((batch, HEADS_V, V_DIM), np.float32))
+    states = _tensor(pool)
+    kernels["step"](*map(_tensor, tokens), _slots(slots, batch), states, out)
+    return out.numpy(), states.numpy()
 
 
 def _states(rng: np.random.Generator, batch: int) -> np.ndarray:
@@ -135,11 +143,12 @@ def test_decode_steps_after_a_prefill_continue_the_recurrence(kernels: dict) -> 
         np.testing.assert_allclose(carried[seq], want_state, atol=TOLERANCE, rtol=0)
 
 
-def _run_conv(kernels: dict, x: np.ndarray, weight: np.ndarray, starts, states):
+def _run_conv(kernels: dict, x: np.ndarray, weight: np.ndarray, starts, pool, slots=None):
     y = tvm.runtime.tensor(np.zeros(x.shape, np.float32))
-    new_states = tvm.runtime.tensor(np.zeros(states.shape, np.float32))
-    kernels["conv"](_tensor(x), _tensor(weight), _tensor(starts), _tensor(states), y, new_states)
-    return y.numpy(), new_states.numpy()
+    states = _tensor(pool)
+    slot_ids = _slots(slots, len(starts) - 1)
+    kernels["conv"](_tensor(x), _tensor(weight), _tensor(starts), slot_ids, states, y)
+    return y.numpy(), states.numpy()
 
 
 def test_causal_conv_prefill_and_decode_roll_the_state(kernels: dict) -> None:
@@ -161,3 +170,33 @@ def test_causal_conv_prefill_and_decode_roll_the_state(kernels: dict) -> None:
         got_y = np.concatenate([y[begin:end], np.stack([s[seq] for s in step_ys])])
         np.testing.assert_allclose(got_y, want_y, atol=TOLERANCE, rtol=0)
         np.testing.assert_allclose(carried[seq], want_state, atol=TOLERANCE, rtol=0)
+
+
+def test_states_live_at_their_slots_and_other_slots_stay_as_they_were(kernels: dict) -> None:
+    rng = np.random.default_rng(4)
+    slots, lengths = [3, 0], [66, 4]
+    starts = _starts(lengths)
+    pool = _states(rng, 5)
+    prompt = _tokens(rng, sum(lengths))
+    step = _tokens(rng, len(slots))
+    _, after_prefill = _run_chunked(kernels, prompt, starts, pool, slots)
+    step_out, after_step = _run_step(kernels, step, after_prefill, slots)
+    for seq, slot in enumerate(slots):
+        history = [
+            np.concatenate([a[starts[seq] : starts[seq + 1]], d[seq : seq + 1]])
+            for a, d in zip(prompt, step, strict=True)
+        ]
+        want_out, want_state = delta_rule(*history, pool[slot])
+        np.testing.assert_allclose(step_out[seq], want_out[-1], atol=TOLERANCE, rtol=0)
+        np.testing.assert_allclose(after_step[slot], want_state, atol=TOLERANCE, rtol=0)
+    untouched = [1, 2, 4]
+    np.testing.assert_array_equal(after_step[untouched], pool[untouched])
+    conv_pool = rng.standard_normal((5, KERNEL - 1, CHANNELS)).astype(np.float32)
+    weight = rng.standard_normal((CHANNELS, KERNEL)).astype(np.float32)
+    x = rng.standard_normal((sum(lengths), CHANNELS)).astype(np.float32)
+    y, conv_after = _run_conv(kernels, x, weight, starts, conv_pool, slots)
+    for seq, slot in enumerate(slots):
+        want_y, want_state = causal_conv(x[starts[seq] : starts[seq + 1]], weight, conv_pool[slot])
+        np.testing.assert_allclose(y[starts[seq] : starts[seq + 1]], want_y, atol=TOLERANCE, rtol=0)
+        np.testing.assert_allclose(conv_after[slot], want_state, atol=TOLERANCE, rtol=0)
+    np.testing.assert_array_equal(conv_after[untouched], conv_pool[untouched])

@@ -7,7 +7,8 @@ one for single tokens), fp32, each sequence run alone with a transformers cache.
 a ragged batch of two sequences (one longer than a chunk, neither a multiple of 64): a first
 prompt chunk from zero states, a second chunk from the carried states, then decode steps.
 Outputs and both states (transformers keeps K conv inputs, of which ours are the last
-K - 1) agree within 1e-4.
+K - 1) agree within 1e-4. The states live at slots 2 and 0 of three-slot pools, updated in
+place; slot 1 comes back bit for bit.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ HF_SHAPE = {
 FIRST_CHUNK = [70, 5]
 SECOND_CHUNK = [9, 3]
 DECODE_STEPS = 3
+POOL_SLOTS, SLOTS, IDLE_SLOT = 3, [2, 0], 1
+"""The sequences' state slots in pools of three; the idle slot must come back unchanged."""
 FAMILIES = {
     "qwen3_next": ProjectionLayout.GROUPED,
     "qwen3_5": ProjectionLayout.CONCATENATED,
@@ -80,23 +83,24 @@ class _Wrapper(nn.Module):
             options, TargetRecurrentKernels(tvm.target.Target("llvm")), "float32"
         )
 
-    def prefill(self, hidden: Tensor, seq_starts: Tensor, conv: Tensor, recurrent: Tensor):
-        return self.linear_attn.prefill(hidden, seq_starts, conv, recurrent)
+    def prefill(self, hidden: Tensor, starts: Tensor, slots: Tensor, conv: Tensor, rec: Tensor):
+        return self.linear_attn.prefill(hidden, starts, slots, conv, rec)
 
-    def decode(self, hidden: Tensor, conv: Tensor, recurrent: Tensor):
-        return self.linear_attn.decode(hidden, conv, recurrent)
+    def decode(self, hidden: Tensor, slots: Tensor, conv: Tensor, rec: Tensor):
+        return self.linear_attn.decode(hidden, slots, conv, rec)
 
 
 def _spec(options: GatedDeltaNetOptions) -> dict:
     packed = {"param_mode": "packed", "effect_mode": "none"}
     states = {
-        "conv": nn.spec.Tensor(list(options.conv_state_shape("batch")), "float32"),
-        "recurrent": nn.spec.Tensor(list(options.recurrent_state_shape("batch")), "float32"),
+        "slots": nn.spec.Tensor(["batch"], "int32"),
+        "conv": nn.spec.Tensor(list(options.conv_state_shape("pool")), "float32"),
+        "rec": nn.spec.Tensor(list(options.recurrent_state_shape("pool")), "float32"),
     }
     return {
         "prefill": {
             "hidden": nn.spec.Tensor([1, "n", options.hidden_size], "float32"),
-            "seq_starts": nn.spec.Tensor(["batch_plus_one"], "int32"),
+            "starts": nn.spec.Tensor(["batch_plus_one"], "int32"),
             **states,
             "$": packed,
         },
@@ -130,6 +134,7 @@ class _Compiled:
             self.params.append(tvm.runtime.tensor(array.astype(np.float32)))
 
     def call(self, function: str, *arrays: np.ndarray) -> list[np.ndarray]:
+        """The function's outputs (the state pools, updated in place, among them)."""
         outputs = self.vm[function](*(tvm.runtime.tensor(a) for a in arrays), self.params)
         return [output.numpy() for output in outputs]
 
@@ -147,6 +152,12 @@ def _hf_states(cache: object, taps: int) -> tuple[np.ndarray, np.ndarray]:
     return conv[:, -taps:].T, cache.layers[0].recurrent_states[0][0].detach().numpy()
 
 
+def _assert_states(conv: np.ndarray, recurrent: np.ndarray, slot: int, cache, taps: int) -> None:
+    want_conv, want_recurrent = _hf_states(cache, taps)
+    np.testing.assert_allclose(conv[slot], want_conv, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(recurrent[slot], want_recurrent, atol=TOLERANCE, rtol=0)
+
+
 def test_prefill_chunks_and_decode_steps_match_transformers(layers) -> None:
     from transformers import DynamicCache
 
@@ -155,29 +166,30 @@ def test_prefill_chunks_and_decode_steps_match_transformers(layers) -> None:
     taps = options.conv_kernel_size - 1
     rng = np.random.default_rng(0)
     batch = len(FIRST_CHUNK)
-    conv = np.zeros(options.conv_state_shape(batch), np.float32)
-    recurrent = np.zeros(options.recurrent_state_shape(batch), np.float32)
+    conv = rng.standard_normal(options.conv_state_shape(POOL_SLOTS)).astype(np.float32)
+    recurrent = rng.standard_normal(options.recurrent_state_shape(POOL_SLOTS)).astype(np.float32)
+    conv[SLOTS], recurrent[SLOTS] = 0.0, 0.0
+    idle_conv, idle_recurrent = conv[IDLE_SLOT].copy(), recurrent[IDLE_SLOT].copy()
+    slots = np.asarray(SLOTS, np.int32)
     caches = [DynamicCache(config=config) for _ in range(batch)]
     for lengths in (FIRST_CHUNK, SECOND_CHUNK):
         hidden = rng.standard_normal((1, sum(lengths), options.hidden_size)).astype(np.float32)
         starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        out, conv, recurrent = ours.call("prefill", hidden, starts, conv, recurrent)
+        out, conv, recurrent = ours.call("prefill", hidden, starts, slots, conv, recurrent)
         for seq, cache in enumerate(caches):
             rows = hidden[:, starts[seq] : starts[seq + 1]]
             with torch.no_grad():
                 want = hf_layer(torch.from_numpy(rows), cache=cache).numpy()
             got = out[:, starts[seq] : starts[seq + 1]]
             np.testing.assert_allclose(got, want, atol=TOLERANCE, rtol=0)
-            want_conv, want_recurrent = _hf_states(cache, taps)
-            np.testing.assert_allclose(conv[seq], want_conv, atol=TOLERANCE, rtol=0)
-            np.testing.assert_allclose(recurrent[seq], want_recurrent, atol=TOLERANCE, rtol=0)
+            _assert_states(conv, recurrent, SLOTS[seq], cache, taps)
     for _ in range(DECODE_STEPS):
         hidden = rng.standard_normal((batch, 1, options.hidden_size)).astype(np.float32)
-        out, conv, recurrent = ours.call("decode", hidden, conv, recurrent)
+        out, conv, recurrent = ours.call("decode", hidden, slots, conv, recurrent)
         for seq, cache in enumerate(caches):
             with torch.no_grad():
                 want = hf_layer(torch.from_numpy(hidden[seq : seq + 1]), cache=cache).numpy()
             np.testing.assert_allclose(out[seq : seq + 1], want, atol=TOLERANCE, rtol=0)
-            want_conv, want_recurrent = _hf_states(cache, taps)
-            np.testing.assert_allclose(conv[seq], want_conv, atol=TOLERANCE, rtol=0)
-            np.testing.assert_allclose(recurrent[seq], want_recurrent, atol=TOLERANCE, rtol=0)
+            _assert_states(conv, recurrent, SLOTS[seq], cache, taps)
+    np.testing.assert_array_equal(conv[IDLE_SLOT], idle_conv)
+    np.testing.assert_array_equal(recurrent[IDLE_SLOT], idle_recurrent)

@@ -8,10 +8,13 @@ beta = sigmoid(b) and the log decay g = -exp(A_log) * softplus(a + dt_bias) run 
 delta rule, whose state is one [k_dim, v_dim] matrix per value head; normalise each head's
 output with an RMSNorm gated by silu(z); project back (out_proj).
 
-State instead of a KV cache: the layer takes and returns, per sequence, the conv state
-[batch, K - 1, conv_dim] and the recurrent state [batch, heads_v, k_dim, v_dim], both fp32
-(`prefill` for a ragged batch of prompt chunks, `decode` for one token a sequence); where
-they live between calls is the runtime's affair.
+State instead of a KV cache: per sequence a conv state [K - 1, conv_dim] and a recurrent
+state [heads_v, k_dim, v_dim], both fp32, kept in two pools [slots, ...] that the layer
+takes and returns; sequence b of a call uses slot `slots[b]` (distinct within a call) and
+the kernels update those slots in place, leaving every other slot as it was (`prefill`
+for a ragged batch of prompt chunks, `decode` for one token a sequence). Who owns the pools
+and hands out slots is the runtime's affair; a pool of the batch's size with slots
+0 .. batch - 1 is the plain "states in, states out" form.
 
 Projections: the layer holds `in_proj_qkvz` and `in_proj_ba`, as Qwen3-Next checkpoints
 name them, whose rows are grouped per key head ([q, k, v, z] of each key head's group,
@@ -107,11 +110,13 @@ class GatedDeltaNetOptions:
         """Channels of the conv: q, k and v together."""
         return 2 * self.key_dim + self.value_dim
 
-    def conv_state_shape(self, batch: Any) -> tuple[Any, ...]:
-        return (batch, self.conv_kernel_size - 1, self.conv_dim)
+    def conv_state_shape(self, slots: Any) -> tuple[Any, ...]:
+        """The conv state pool of `slots` sequences."""
+        return (slots, self.conv_kernel_size - 1, self.conv_dim)
 
-    def recurrent_state_shape(self, batch: Any) -> tuple[Any, ...]:
-        return (batch, self.heads_v, self.k_dim, self.v_dim)
+    def recurrent_state_shape(self, slots: Any) -> tuple[Any, ...]:
+        """The recurrent state pool of `slots` sequences."""
+        return (slots, self.heads_v, self.k_dim, self.v_dim)
 
 
 def split_projection_sources(param_name: str) -> tuple[list[str], int]:
@@ -197,20 +202,27 @@ class GatedDeltaNet(nn.Module):
         )
 
     def _conv_and_gates(
-        self, hidden: Tensor, seq_starts: Tensor, conv_state: Tensor
+        self, hidden: Tensor, seq_starts: Tensor, slots: Tensor, conv_states: Tensor
     ) -> tuple[tuple[Tensor, ...], Tensor, Tensor]:
-        """((q, k, v, g, beta) for the delta rule, z, new conv state), all fp32."""
+        """((q, k, v, g, beta) for the delta rule, z, updated conv pool), all fp32."""
         o = self.options
         n = hidden.shape[0]
         mixed, z, b, a = self._projections(hidden)
         weight = op.reshape(self.conv1d.weight, (o.conv_dim, o.conv_kernel_size))
-        conv_out, new_conv_state = op.tensor_ir_op(
+        conv_out, conv_states = op.tensor_ir_inplace_op(
             self._conv,
             "gated_delta_conv1d",
-            [op.astype(mixed, STATE_DTYPE), op.astype(weight, STATE_DTYPE), seq_starts, conv_state],
+            [
+                op.astype(mixed, STATE_DTYPE),
+                op.astype(weight, STATE_DTYPE),
+                seq_starts,
+                slots,
+                conv_states,
+            ],
+            [-1, 4],
             [
                 Tensor.placeholder((n, o.conv_dim), STATE_DTYPE),
-                Tensor.placeholder(conv_state.shape, STATE_DTYPE),
+                Tensor.placeholder(conv_states.shape, STATE_DTYPE),
             ],
         )
         q, k, v = op.split(conv_out, [o.key_dim, 2 * o.key_dim], axis=-1)
@@ -222,7 +234,7 @@ class GatedDeltaNet(nn.Module):
         g = op.negative(decay_rate) * op.softplus(
             op.astype(a, STATE_DTYPE) + op.astype(self.dt_bias, STATE_DTYPE)
         )
-        return (q, k, v, g, beta), z, new_conv_state
+        return (q, k, v, g, beta), z, conv_states
 
     def _output(self, core: Tensor, z: Tensor, shape: tuple[Any, ...]) -> Tensor:
         """Gated RMSNorm per head, then out_proj, as `shape` in the model dtype."""
@@ -231,41 +243,48 @@ class GatedDeltaNet(nn.Module):
         return op.reshape(self.out_proj(flat), shape)
 
     def prefill(
-        self, hidden: Tensor, seq_starts: Tensor, conv_state: Tensor, recurrent_state: Tensor
+        self,
+        hidden: Tensor,
+        seq_starts: Tensor,
+        slots: Tensor,
+        conv_states: Tensor,
+        recurrent_states: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Ragged prompt chunks: hidden [1, n, hidden] (sequence b at rows seq_starts[b] ..
-        seq_starts[b+1]), states of the batch -> (output, new conv state, new recurrent state)."""
+        seq_starts[b+1], its states at slots[b]) -> (output, conv pool, recurrent pool)."""
         o = self.options
         rows = op.reshape(hidden, (hidden.shape[1], o.hidden_size))
-        gates, z, new_conv_state = self._conv_and_gates(rows, seq_starts, conv_state)
-        n = rows.shape[0]
-        core, new_recurrent_state = op.tensor_ir_op(
+        gates, z, conv_states = self._conv_and_gates(rows, seq_starts, slots, conv_states)
+        core, recurrent_states = op.tensor_ir_inplace_op(
             self._chunked,
             "gated_delta_rule_chunked",
-            [*gates, seq_starts, recurrent_state],
+            [*gates, seq_starts, slots, recurrent_states],
+            [-1, 7],
             [
-                Tensor.placeholder((n, o.heads_v, o.v_dim), STATE_DTYPE),
-                Tensor.placeholder(recurrent_state.shape, STATE_DTYPE),
+                Tensor.placeholder((rows.shape[0], o.heads_v, o.v_dim), STATE_DTYPE),
+                Tensor.placeholder(recurrent_states.shape, STATE_DTYPE),
             ],
         )
-        return self._output(core, z, hidden.shape), new_conv_state, new_recurrent_state
+        return self._output(core, z, hidden.shape), conv_states, recurrent_states
 
     def decode(
-        self, hidden: Tensor, conv_state: Tensor, recurrent_state: Tensor
+        self, hidden: Tensor, slots: Tensor, conv_states: Tensor, recurrent_states: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """One token a sequence: hidden [batch, 1, hidden] -> (output, new states)."""
+        """One token a sequence: hidden [batch, 1, hidden], its states at slots[b] ->
+        (output, conv pool, recurrent pool)."""
         o = self.options
         batch = hidden.shape[0]
         rows = op.reshape(hidden, (batch, o.hidden_size))
         seq_starts = op.arange(0, batch + 1, dtype="int32")
-        gates, z, new_conv_state = self._conv_and_gates(rows, seq_starts, conv_state)
-        core, new_recurrent_state = op.tensor_ir_op(
+        gates, z, conv_states = self._conv_and_gates(rows, seq_starts, slots, conv_states)
+        core, recurrent_states = op.tensor_ir_inplace_op(
             self._step,
             "gated_delta_rule_step",
-            [*gates, recurrent_state],
+            [*gates, slots, recurrent_states],
+            [-1, 6],
             [
                 Tensor.placeholder((batch, o.heads_v, o.v_dim), STATE_DTYPE),
-                Tensor.placeholder(recurrent_state.shape, STATE_DTYPE),
+                Tensor.placeholder(recurrent_states.shape, STATE_DTYPE),
             ],
         )
-        return self._output(core, z, hidden.shape), new_conv_state, new_recurrent_state
+        return self._output(core, z, hidden.shape), conv_states, recurrent_states

@@ -15,18 +15,19 @@ from tvm import tirx
 
 
 class RecurrentKernels(Protocol):
-    """PrimFunc builders for one target (all tensors fp32, states handed in and out)."""
+    """PrimFunc builders for one target (fp32 tensors; each sequence's state lives in a
+    pool at its slot and is updated in place: the PrimFuncs take the pool as an argument)."""
 
     def delta_rule_chunked(
         self, heads_k: int, heads_v: int, k_dim: int, v_dim: int
     ) -> tirx.PrimFunc:
-        """Ragged prefill: (q, k, v, g, beta, seq_starts, state) -> (out, new_state)."""
+        """Ragged prefill: (q, k, v, g, beta, seq_starts, slots, states) -> out."""
         ...
 
     def delta_rule_step(self, heads_k: int, heads_v: int, k_dim: int, v_dim: int) -> tirx.PrimFunc:
-        """One token a sequence: (q, k, v, g, beta, state) -> (out, new_state)."""
+        """One token a sequence: (q, k, v, g, beta, slots, states) -> out."""
         ...
 
     def causal_conv1d(self, channels: int, kernel_size: int) -> tirx.PrimFunc:
-        """(x, weight [channels, kernel_size], seq_starts, state) -> (silu(conv), new_state)."""
+        """(x, weight [channels, kernel_size], seq_starts, slots, states) -> silu(conv)."""
         ...

@@ -14,8 +14,11 @@ last K - 1. Decode is the same kernel with one token per sequence.
 
 Layout (recurrent_layout.py): a task per (sequence, block of channels); on GPUs a thread per
 channel walks its sequence's tokens, on CPUs one loop over tokens with the channels
-innermost (vectorised). Inputs and outputs are fp32; the state [batch, K - 1, channels]
-keeps tokens major so a step reads and writes whole rows.
+innermost (vectorised). Inputs and outputs are fp32. States: a pool [slots, K - 1,
+channels], tokens major so a step reads and writes whole rows, sequence b's at `slots[b]`,
+updated in place: a thread reads its channel's old state for the outputs first, then
+writes the new entries in ascending order, entry j from old entry `length + j` >= j, which
+no write has reached yet.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ of the channel count up to this, so no thread falls past the last channel."""
 
 def causal_conv1d(channels: int, kernel_size: int, gpu: bool) -> tirx.PrimFunc:
     """`(x [n, channels], weight [channels, kernel_size], seq_starts [batch + 1] i32,
-    state [batch, kernel_size - 1, channels]) -> (y [n, channels], new_state)`, fp32."""
+    slots [batch] i32, states [pool, kernel_size - 1, channels]) -> y [n, channels]`, fp32
+    but the indices; sequence b's state at states[slots[b]], updated in place."""
     taps = kernel_size - 1
     block = math.gcd(GPU_CHANNELS_PER_TASK, channels) if gpu else channels
     blocks = -(-channels // block)
@@ -45,19 +49,20 @@ def causal_conv1d(channels: int, kernel_size: int, gpu: bool) -> tirx.PrimFunc:
         var_x: T.handle,
         var_weight: T.handle,
         var_seq_starts: T.handle,
-        var_state: T.handle,
+        var_slots: T.handle,
+        var_states: T.handle,
         var_y: T.handle,
-        var_new_state: T.handle,
     ) -> None:
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         tokens = T.int64()
         batch = T.int64()
+        pool = T.int64()
         x = T.match_buffer(var_x, (tokens, channels), "float32")
         weight = T.match_buffer(var_weight, (channels, kernel_size), "float32")
         seq_starts = T.match_buffer(var_seq_starts, (batch + 1,), "int32")
-        state = T.match_buffer(var_state, (batch, taps, channels), "float32")
+        slots = T.match_buffer(var_slots, (batch,), "int32")
+        states = T.match_buffer(var_states, (pool, taps, channels), "float32")
         y = T.match_buffer(var_y, (tokens, channels), "float32")
-        new_state = T.match_buffer(var_new_state, (batch, taps, channels), "float32")
         for task in layout.task_loop(batch * blocks):
             for tx in layout.thread_loop():
                 with T.sblock("causal_conv"):
@@ -67,6 +72,7 @@ def causal_conv1d(channels: int, kernel_size: int, gpu: bool) -> tirx.PrimFunc:
                         (layout.columns_per_thread,), "float32", scope="local"
                     )
                     seq: T.let[T.int64] = task // blocks
+                    slot: T.let[T.int64] = T.Cast("int64", slots[seq])
                     first: T.let[T.int64] = T.Cast("int64", seq_starts[seq])
                     length: T.let[T.int64] = T.Cast("int64", seq_starts[seq + 1]) - first
                     base: T.let[T.int64] = (task % blocks) * block
@@ -82,7 +88,7 @@ def causal_conv1d(channels: int, kernel_size: int, gpu: bool) -> tirx.PrimFunc:
                                             first + T.max(t - taps + j, 0),
                                             base + layout.column(tx, jj),
                                         ],
-                                        state[seq, T.max(t + j, 0), base + layout.column(tx, jj)],
+                                        states[slot, T.max(t + j, 0), base + layout.column(tx, jj)],
                                     )
                                 )
                         for jj in layout.column_loop():
@@ -91,13 +97,13 @@ def causal_conv1d(channels: int, kernel_size: int, gpu: bool) -> tirx.PrimFunc:
                             )
                     for j in T.serial(taps):
                         for jj in layout.column_loop():
-                            new_state[seq, j, base + layout.column(tx, jj)] = T.if_then_else(
+                            states[slot, j, base + layout.column(tx, jj)] = T.if_then_else(
                                 length - taps + j >= 0,
                                 x[
                                     first + T.max(length - taps + j, 0),
                                     base + layout.column(tx, jj),
                                 ],
-                                state[seq, T.max(length + j, 0), base + layout.column(tx, jj)],
+                                states[slot, T.max(length + j, 0), base + layout.column(tx, jj)],
                             )
 
     return conv

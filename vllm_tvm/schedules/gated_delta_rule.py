@@ -30,7 +30,12 @@ its own rows: transformers' zero padding adds nothing to them.
 Layout (recurrent_layout.py): a task per (sequence, value head) runs that sequence's chunks
 in order; each thread owns value columns, its slice of S in registers (GPU) or a per-task
 buffer (CPU); A and P (64 x 64) are computed by all threads together into shared scratch.
-Inputs are fp32, states [batch, heads_v, k_dim, v_dim] fp32, handed in and out.
+
+States: a pool [slots, heads_v, k_dim, v_dim] fp32, sequence b's at `slots[b]` (distinct
+slots in one call), read once and written once by the task that owns it, in place, so a
+step moves no state it does not update (a Qwen3.6-27B sequence holds 3 MiB of it per
+layer). A pool of the batch's size with slots 0 .. batch - 1 is the plain "states in,
+states out" form.
 """
 
 from __future__ import annotations
@@ -48,9 +53,10 @@ def delta_rule_chunked(
     heads_k: int, heads_v: int, k_dim: int, v_dim: int, gpu: bool
 ) -> tirx.PrimFunc:
     """`(q [n, heads_k, k_dim], k [n, heads_k, k_dim], v [n, heads_v, v_dim], g [n, heads_v],
-    beta [n, heads_v], seq_starts [batch + 1] i32, state [batch, heads_v, k_dim, v_dim])
-    -> (out [n, heads_v, v_dim], new_state [batch, heads_v, k_dim, v_dim])`, all fp32: the
-    ragged tokens of `batch` sequences, sequence b at rows seq_starts[b] .. seq_starts[b+1]."""
+    beta [n, heads_v], seq_starts [batch + 1] i32, slots [batch] i32,
+    states [pool, heads_v, k_dim, v_dim]) -> out [n, heads_v, v_dim]`, fp32 but the indices:
+    the ragged tokens of `batch` sequences, sequence b at rows seq_starts[b] ..
+    seq_starts[b+1] with its state at states[slots[b]], updated in place."""
     group = heads_v // heads_k
     layout = ColumnLayout(v_dim, gpu)
     per_thread = layout.columns_per_thread
@@ -65,24 +71,26 @@ def delta_rule_chunked(
         var_g: T.handle,
         var_beta: T.handle,
         var_seq_starts: T.handle,
-        var_state: T.handle,
+        var_slots: T.handle,
+        var_states: T.handle,
         var_out: T.handle,
-        var_new_state: T.handle,
     ) -> None:
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         tokens = T.int64()
         batch = T.int64()
+        pool = T.int64()
         q = T.match_buffer(var_q, (tokens, heads_k, k_dim), "float32")
         k = T.match_buffer(var_k, (tokens, heads_k, k_dim), "float32")
         v = T.match_buffer(var_v, (tokens, heads_v, v_dim), "float32")
         g = T.match_buffer(var_g, (tokens, heads_v), "float32")
         beta = T.match_buffer(var_beta, (tokens, heads_v), "float32")
         seq_starts = T.match_buffer(var_seq_starts, (batch + 1,), "int32")
-        state = T.match_buffer(var_state, (batch, heads_v, k_dim, v_dim), "float32")
+        slots = T.match_buffer(var_slots, (batch,), "int32")
+        states = T.match_buffer(var_states, (pool, heads_v, k_dim, v_dim), "float32")
         out = T.match_buffer(var_out, (tokens, heads_v, v_dim), "float32")
-        new_state = T.match_buffer(var_new_state, (batch, heads_v, k_dim, v_dim), "float32")
         for task in layout.task_loop(batch * heads_v):
             seq: T.let[T.int64] = task // heads_v
+            slot: T.let[T.int64] = T.Cast("int64", slots[seq])
             head: T.let[T.int64] = task % heads_v
             head_k: T.let[T.int64] = head // group
             first: T.let[T.int64] = T.Cast("int64", seq_starts[seq])
@@ -102,7 +110,7 @@ def delta_rule_chunked(
                 for tx in layout.thread_loop():
                     for i in T.serial(k_dim):
                         for jj in layout.column_loop():
-                            s_loc[i, jj] = state[seq, head, i, layout.column(tx, jj)]
+                            s_loc[i, jj] = states[slot, head, i, layout.column(tx, jj)]
                 for chunk in T.serial((length + CHUNK - 1) // CHUNK):
                     start: T.let[T.int64] = first + chunk * CHUNK
                     rows: T.let[T.int64] = T.min(length - chunk * CHUNK, CHUNK)
@@ -175,15 +183,16 @@ def delta_rule_chunked(
                 for tx in layout.thread_loop():
                     for i in T.serial(k_dim):
                         for jj in layout.column_loop():
-                            new_state[seq, head, i, layout.column(tx, jj)] = s_loc[i, jj]
+                            states[slot, head, i, layout.column(tx, jj)] = s_loc[i, jj]
 
     return chunked
 
 
 def delta_rule_step(heads_k: int, heads_v: int, k_dim: int, v_dim: int, gpu: bool) -> tirx.PrimFunc:
     """`(q [batch, heads_k, k_dim], k [batch, heads_k, k_dim], v [batch, heads_v, v_dim],
-    g [batch, heads_v], beta [batch, heads_v], state [batch, heads_v, k_dim, v_dim])
-    -> (out [batch, heads_v, v_dim], new_state)`, all fp32: one token per sequence."""
+    g [batch, heads_v], beta [batch, heads_v], slots [batch] i32,
+    states [pool, heads_v, k_dim, v_dim]) -> out [batch, heads_v, v_dim]`: one token per
+    sequence, its state at states[slots[b]], updated in place."""
     group = heads_v // heads_k
     layout = ColumnLayout(v_dim, gpu)
     per_thread = layout.columns_per_thread
@@ -195,20 +204,21 @@ def delta_rule_step(heads_k: int, heads_v: int, k_dim: int, v_dim: int, gpu: boo
         var_v: T.handle,
         var_g: T.handle,
         var_beta: T.handle,
-        var_state: T.handle,
+        var_slots: T.handle,
+        var_states: T.handle,
         var_out: T.handle,
-        var_new_state: T.handle,
     ) -> None:
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         batch = T.int64()
+        pool = T.int64()
         q = T.match_buffer(var_q, (batch, heads_k, k_dim), "float32")
         k = T.match_buffer(var_k, (batch, heads_k, k_dim), "float32")
         v = T.match_buffer(var_v, (batch, heads_v, v_dim), "float32")
         g = T.match_buffer(var_g, (batch, heads_v), "float32")
         beta = T.match_buffer(var_beta, (batch, heads_v), "float32")
-        state = T.match_buffer(var_state, (batch, heads_v, k_dim, v_dim), "float32")
+        slots = T.match_buffer(var_slots, (batch,), "int32")
+        states = T.match_buffer(var_states, (pool, heads_v, k_dim, v_dim), "float32")
         out = T.match_buffer(var_out, (batch, heads_v, v_dim), "float32")
-        new_state = T.match_buffer(var_new_state, (batch, heads_v, k_dim, v_dim), "float32")
         for task in layout.task_loop(batch * heads_v):
             for tx in layout.thread_loop():
                 with T.sblock("recurrent_step"):
@@ -217,6 +227,7 @@ def delta_rule_step(heads_k: int, heads_v: int, k_dim: int, v_dim: int, gpu: boo
                     acc = T.sblock_alloc_buffer((per_thread,), "float32", scope="local")
                     delta = T.sblock_alloc_buffer((per_thread,), "float32", scope="local")
                     seq: T.let[T.int64] = task // heads_v
+                    slot: T.let[T.int64] = T.Cast("int64", slots[seq])
                     head: T.let[T.int64] = task % heads_v
                     head_k: T.let[T.int64] = head // group
                     decay: T.let[T.float32] = T.exp(g[seq, head])
@@ -225,7 +236,7 @@ def delta_rule_step(heads_k: int, heads_v: int, k_dim: int, v_dim: int, gpu: boo
                     for i in T.serial(k_dim):
                         for jj in layout.column_loop():
                             acc[jj] = acc[jj] + (
-                                state[seq, head, i, layout.column(tx, jj)]
+                                states[slot, head, i, layout.column(tx, jj)]
                                 * decay
                                 * k[seq, head_k, i]
                             )
@@ -236,13 +247,13 @@ def delta_rule_step(heads_k: int, heads_v: int, k_dim: int, v_dim: int, gpu: boo
                         acc[jj] = T.float32(0)
                     for i in T.serial(k_dim):
                         for jj in layout.column_loop():
-                            new_state[seq, head, i, layout.column(tx, jj)] = (
-                                state[seq, head, i, layout.column(tx, jj)] * decay
+                            states[slot, head, i, layout.column(tx, jj)] = (
+                                states[slot, head, i, layout.column(tx, jj)] * decay
                                 + k[seq, head_k, i] * delta[jj]
                             )
                             acc[jj] = (
                                 acc[jj]
-                                + new_state[seq, head, i, layout.column(tx, jj)] * q[seq, head_k, i]
+                                + states[slot, head, i, layout.column(tx, jj)] * q[seq, head_k, i]
                             )
                     for jj in layout.column_loop():
                         out[seq, head, layout.column(tx, jj)] = acc[jj]
