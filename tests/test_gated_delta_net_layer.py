@@ -17,14 +17,11 @@ import numpy as np
 import pytest
 import torch
 import tvm
+from gated_delta_layer_module import GatedDeltaNetModule
 from tvm import relax
-from tvm.relax.frontend import nn
-from tvm.relax.frontend.nn import Tensor
 
 from vllm_tvm.compiler.pipeline import lowering_pipeline
-from vllm_tvm.compiler.recurrent_kernels import TargetRecurrentKernels
 from vllm_tvm.model_defs.gated_delta_net import (
-    GatedDeltaNet,
     GatedDeltaNetOptions,
     ProjectionLayout,
     split_projection_sources,
@@ -75,51 +72,15 @@ def _hf_layer(family: str) -> tuple[torch.nn.Module, object]:
     return layer.float().eval(), config
 
 
-class _Wrapper(nn.Module):
-    """The layer under the `linear_attn.` prefix, as in a decoder layer."""
-
-    def __init__(self, options: GatedDeltaNetOptions) -> None:
-        self.linear_attn = GatedDeltaNet(
-            options, TargetRecurrentKernels(tvm.target.Target("llvm")), "float32"
-        )
-
-    def prefill(self, hidden: Tensor, starts: Tensor, slots: Tensor, conv: Tensor, rec: Tensor):
-        return self.linear_attn.prefill(hidden, starts, slots, conv, rec)
-
-    def decode(self, hidden: Tensor, slots: Tensor, conv: Tensor, rec: Tensor):
-        return self.linear_attn.decode(hidden, slots, conv, rec)
-
-
-def _spec(options: GatedDeltaNetOptions) -> dict:
-    packed = {"param_mode": "packed", "effect_mode": "none"}
-    states = {
-        "slots": nn.spec.Tensor(["batch"], "int32"),
-        "conv": nn.spec.Tensor(list(options.conv_state_shape("pool")), "float32"),
-        "rec": nn.spec.Tensor(list(options.recurrent_state_shape("pool")), "float32"),
-    }
-    return {
-        "prefill": {
-            "hidden": nn.spec.Tensor([1, "n", options.hidden_size], "float32"),
-            "starts": nn.spec.Tensor(["batch_plus_one"], "int32"),
-            **states,
-            "$": packed,
-        },
-        "decode": {
-            "hidden": nn.spec.Tensor(["batch", 1, options.hidden_size], "float32"),
-            **states,
-            "$": packed,
-        },
-    }
-
-
 class _Compiled:
     """Our layer compiled for this CPU with the HF layer's weights."""
 
     def __init__(self, family: str, hf_layer: torch.nn.Module, config: object) -> None:
         options = GatedDeltaNetOptions.from_hf_config(config.to_dict(), FAMILIES[family])
         self.options = options
-        mod, named_params = _Wrapper(options).export_tvm(spec=_spec(options))
         target = tvm.target.Target("llvm")
+        module = GatedDeltaNetModule(options, target, "float32")
+        mod, named_params = module.export_tvm(spec=module.export_spec())
         executable = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
         self.vm = relax.VirtualMachine(executable, tvm.cpu())
         hf = {f"linear_attn.{k}": v.detach().numpy() for k, v in hf_layer.state_dict().items()}
