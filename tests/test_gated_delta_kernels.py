@@ -200,3 +200,18 @@ def test_states_live_at_their_slots_and_other_slots_stay_as_they_were(kernels: d
         np.testing.assert_allclose(y[starts[seq] : starts[seq + 1]], want_y, atol=TOLERANCE, rtol=0)
         np.testing.assert_allclose(conv_after[slot], want_state, atol=TOLERANCE, rtol=0)
     np.testing.assert_array_equal(conv_after[untouched], conv_pool[untouched])
+
+
+def test_strong_decays_underflow_to_zero_without_overflow(kernels: dict) -> None:
+    """Log decays down to -40 a token (A up to 16 times a large softplus) drive the chunk's
+    cumulative decay far below fp32's range: every exp the scan takes is of a difference
+    <= 0, so products vanish and nothing overflows."""
+    rng = np.random.default_rng(5)
+    q, k, v, _, beta = _tokens(rng, 2 * CHUNK + 9)
+    g = -rng.uniform(0.0, 40.0, size=(q.shape[0], HEADS_V)).astype(np.float32).astype(np.float64)
+    states = _states(rng, 1)
+    out, final = _run_chunked(kernels, (q, k, v, g, beta), _starts([q.shape[0]]), states)
+    want_out, want_state = delta_rule(q, k, v, g, beta, states[0])
+    assert np.isfinite(out).all() and np.isfinite(final).all()
+    np.testing.assert_allclose(out, want_out, atol=TOLERANCE, rtol=0)
+    np.testing.assert_allclose(final[0], want_state, atol=TOLERANCE, rtol=0)
