@@ -152,7 +152,7 @@ def _l2_normalised(x: Tensor) -> Tensor:
 
 
 class GatedDeltaNet(nn.Module):
-    """One Gated DeltaNet layer with its states handed in and out (module docstring)."""
+    """One Gated DeltaNet layer over its state pools (see the module docstring)."""
 
     def __init__(
         self, options: GatedDeltaNetOptions, kernels: RecurrentKernels, dtype: str
@@ -204,7 +204,7 @@ class GatedDeltaNet(nn.Module):
     def _conv_and_gates(
         self, hidden: Tensor, seq_starts: Tensor, slots: Tensor, conv_states: Tensor
     ) -> tuple[tuple[Tensor, ...], Tensor, Tensor]:
-        """((q, k, v, g, beta) for the delta rule, z, updated conv pool), all fp32."""
+        """((q, k, v, g, beta) for the delta rule in fp32, z, the updated conv pool)."""
         o = self.options
         n = hidden.shape[0]
         mixed, z, b, a = self._projections(hidden)
