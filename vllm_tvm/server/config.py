@@ -43,12 +43,9 @@ def _tool_parser_names() -> list[str]:
 
 
 def _reasoning_parser_names() -> list[str]:
-    from vllm_tvm.server.reasoning_parsers import reasoning_parser_names
+    from vllm_tvm.server.reasoning_parsers import reasoning_parser_choices
 
-    return [NO_REASONING_PARSER, *reasoning_parser_names()]
-
-
-NO_REASONING_PARSER = "none"
+    return reasoning_parser_choices()
 
 
 @dataclass
@@ -112,7 +109,8 @@ class ServerConfig:
         metadata=option(
             flags=("--reasoning-parser",),
             choices=_reasoning_parser_names,
-            help="how reasoning is split from the answer (default none)",
+            help="how reasoning is split from the answer (auto: from the chat template; "
+            "default none)",
         ),
     )
     chat_template: str | None = field(
@@ -247,8 +245,6 @@ class ServerConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.reasoning_parser == NO_REASONING_PARSER:
-            self.reasoning_parser = None
         self.admission_limits  # noqa: B018 - refuses limits below 1 now, not at launch
 
     @property

@@ -39,12 +39,10 @@ from vllm_tvm.server.generation import (
 )
 from vllm_tvm.server.logprobs import TokenText
 from vllm_tvm.server.protocol import ChatMessage, Tool
-from vllm_tvm.server.reasoning_parsers import ReasoningParser, get_reasoning_parser
+from vllm_tvm.server.reasoning_parsers import ReasoningParser, reasoning_parser_for
 from vllm_tvm.server.tool_parsers import ToolParser, get_tool_parser
 
 logger = logging.getLogger("vllm_tvm.server")
-
-NO_PARSER = "none"
 
 UNTRUSTED_TEMPLATE = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "
@@ -110,10 +108,8 @@ class ServingContext:
         self.tool_parser: ToolParser = get_tool_parser(
             config.tool_call_parser, self.chat_template or self.tokenizer.chat_template
         )
-        self.reasoning_parser: ReasoningParser | None = (
-            None
-            if config.reasoning_parser in (None, NO_PARSER)
-            else get_reasoning_parser(config.reasoning_parser)
+        self.reasoning_parser: ReasoningParser | None = reasoning_parser_for(
+            config.reasoning_parser, self.chat_template or self.tokenizer.chat_template
         )
         model_path = Path(config.engine.model)
         self.sampling_defaults = (
