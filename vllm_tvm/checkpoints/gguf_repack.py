@@ -66,6 +66,29 @@ def _q4_1(blocks: Bytes) -> dict[str, np.ndarray]:
     }
 
 
+def _uint32(blocks: Bytes, offset: int) -> np.ndarray:
+    """The little-endian uint32 field at byte `offset` of every block: [rows, blocks]."""
+    return np.ascontiguousarray(blocks[:, :, offset : offset + 4]).view(np.uint32)[..., 0]
+
+
+def _q5_0(blocks: Bytes) -> dict[str, np.ndarray]:
+    # qh: bit v of the block's uint32 is the fifth bit of value v, already in value order.
+    return {
+        "qs": _pack(_split_nibbles(blocks[:, :, 6:22]), 4),
+        "qh": _uint32(blocks, 2),
+        "d": _float16(blocks, 0),
+    }
+
+
+def _q5_1(blocks: Bytes) -> dict[str, np.ndarray]:
+    return {
+        "qs": _pack(_split_nibbles(blocks[:, :, 8:24]), 4),
+        "qh": _uint32(blocks, 4),
+        "d": _float16(blocks, 0),
+        "m": _float16(blocks, 2),
+    }
+
+
 def _k_scales(blocks: Bytes) -> dict[str, np.ndarray]:
     """d, dmin and the eight 6-bit (scale, min) pairs at bytes 0..15 of Q4_K/Q5_K blocks.
 
@@ -126,6 +149,8 @@ _REPACK: dict[str, Callable[[Bytes], dict[str, np.ndarray]]] = {
     "q8_0": _q8_0,
     "q4_0": _q4_0,
     "q4_1": _q4_1,
+    "q5_0": _q5_0,
+    "q5_1": _q5_1,
     "q4_k": _q4_k,
     "q5_k": _q5_k,
     "q6_k": _q6_k,

@@ -70,14 +70,14 @@ class QuantFormat:
 
 _NIBBLES = Plane("qs", "uint32", 8)
 _SCALES = Plane("d", "float16", 32)
-# K-quants: fp16 super-block scale (and min scale) per 256 values, 6-bit (Q4_K, Q5_K) or
-# int8 (Q6_K) sub-block scales per 32 / 16 values.
-_K_SCALES = (
-    Plane("d", "float16", 256),
-    Plane("dmin", "float16", 256),
-    Plane("sc", "uint8", 32),
-    Plane("mn", "uint8", 32),
-)
+_FIFTH_BITS = Plane("qh", "uint32", 32)
+"""The fifth (Q5_0, Q5_1, Q5_K) or third (Q3_K) bit of each value, 32 to a uint32 word."""
+_CRUMBS = Plane("qs", "uint32", 16)
+"""2-bit values (Q2_K, Q3_K), 16 to a uint32 word."""
+_K_SUPER_SCALES = (Plane("d", "float16", 256), Plane("dmin", "float16", 256))
+# K-quants: fp16 super-block scale (and min scale) per 256 values, 6-bit (Q4_K, Q5_K),
+# 4-bit (Q2_K) or int8 (Q3_K, Q6_K) sub-block scales per 32 / 16 values.
+_K_SCALES = (*_K_SUPER_SCALES, Plane("sc", "uint8", 32), Plane("mn", "uint8", 32))
 
 FORMATS: dict[str, QuantFormat] = {
     fmt.name: fmt
@@ -85,9 +85,12 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("q8_0", "Q8_0", 32, (Plane("qs", "int8", 1), _SCALES)),
         QuantFormat("q4_0", "Q4_0", 32, (_NIBBLES, _SCALES)),
         QuantFormat("q4_1", "Q4_1", 32, (_NIBBLES, _SCALES, Plane("m", "float16", 32))),
+        QuantFormat("q5_0", "Q5_0", 32, (_NIBBLES, _FIFTH_BITS, _SCALES)),
+        QuantFormat(
+            "q5_1", "Q5_1", 32, (_NIBBLES, _FIFTH_BITS, _SCALES, Plane("m", "float16", 32))
+        ),
         QuantFormat("q4_k", "Q4_K", 256, (_NIBBLES, *_K_SCALES)),
-        # The fifth bit of each value, 32 to a uint32 word.
-        QuantFormat("q5_k", "Q5_K", 256, (_NIBBLES, Plane("qh", "uint32", 32), *_K_SCALES)),
+        QuantFormat("q5_k", "Q5_K", 256, (_NIBBLES, _FIFTH_BITS, *_K_SCALES)),
         # The two high bits of each value, 16 to a uint32 word.
         QuantFormat(
             "q6_k",

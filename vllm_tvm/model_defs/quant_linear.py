@@ -72,6 +72,21 @@ def _q4_1(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return p.value("d", row, col) * p.field("qs", row, col) + p.value("m", row, col)
 
 
+def _q5_0(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q5_0: d * (q - 16), q 5-bit."""
+    return p.value("d", row, col) * (_with_high_bits(p, row, col) - _f32(16))
+
+
+def _q5_1(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q5_1: d * q + m, q 5-bit."""
+    return p.value("d", row, col) * _with_high_bits(p, row, col) + p.value("m", row, col)
+
+
+def _with_high_bits(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """q = low nibble + 16 * high bits (Q5_0, Q5_1, Q5_K: one bit; Q6_K: two), as fp32."""
+    return p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
+
+
 def _k_offset(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """Q4_K/Q5_K sub-block offset dmin * min (ggml's `m1`)."""
     return p.value("dmin", row, col) * p.value("mn", row, col)
@@ -86,16 +101,14 @@ def _q4_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
 def _q5_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """ggml Q5_K: as Q4_K with a fifth bit, q = low nibble + 16 * high bit."""
     scale = p.value("d", row, col) * p.value("sc", row, col)
-    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
-    return scale * q - _k_offset(p, row, col)
+    return scale * _with_high_bits(p, row, col) - _k_offset(p, row, col)
 
 
 def _q6_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """ggml Q6_K: (d * scale) * (q - 32), q 6-bit (nibble + 16 * two high bits), scale int8
     per 16 values."""
     scale = p.value("d", row, col) * p.value("sc", row, col)
-    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
-    return scale * (q - _f32(32))
+    return scale * (_with_high_bits(p, row, col) - _f32(32))
 
 
 def _int4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
@@ -165,6 +178,8 @@ _VALUE: dict[str, Value] = {
     "q8_0": _q8_0,
     "q4_0": _q4_0,
     "q4_1": _q4_1,
+    "q5_0": _q5_0,
+    "q5_1": _q5_1,
     "q4_k": _q4_k,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
