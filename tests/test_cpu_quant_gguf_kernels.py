@@ -55,6 +55,8 @@ def _random_k_blocks(qtype: Q) -> Blocks:
 CASES: dict[Q, tuple[Blocks, int]] = {
     Q.Q5_0: (_quantized(Q.Q5_0), 160),
     Q.Q5_1: (_quantized(Q.Q5_1), 160),
+    Q.Q2_K: (_random_k_blocks(Q.Q2_K), 768),
+    Q.Q3_K: (_random_k_blocks(Q.Q3_K), 768),
 }
 FEATURES = 48
 """Three FEATURE_BLOCKs of 16: fused, and not a whole number of 32-feature blocks."""

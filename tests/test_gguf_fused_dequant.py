@@ -1,11 +1,11 @@
 """GGUF weights kept quantized on the device (`--weight-format native`) against the plain path.
 
-For each fused type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) a tiny llama file
-holds every matrix in that type. The `dequantized` arm (every weight dequantized to fp32 at
-load, the path that exists without this feature) is the oracle: the fused kernels must give
-the same logits within 1e-4 and the same greedy tokens. The manifest must say which
-parameters are quantized, the loaded parameters must keep the planes' dtypes, and a
-checkpoint stored differently must be refused before use. Repacked planes are checked
+For each fused type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) a tiny
+llama file holds every matrix in that type. The `dequantized` arm (every weight dequantized
+to fp32 at load, the path that exists without this feature) is the oracle: the fused
+kernels must give the same logits within 1e-4 and the same greedy tokens. The manifest must
+say which parameters are quantized, the loaded parameters must keep the planes' dtypes, and
+a checkpoint stored differently must be refused before use. Repacked planes are checked
 against the `gguf` package's own dequantizer.
 """
 
@@ -237,11 +237,16 @@ def _per(plane: np.ndarray, values: int) -> np.ndarray:
 def _decode_planes(p: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
     """The weight from its planes by ggml's formulas, written independently of the loader:
     int8 values, or bit fields packed in value order into uint32 words (4-bit values, then
-    the 1 or 2 high bits of Q5_0 / Q5_1 / Q5_K / Q6_K); fp16 scale d (and min m) per 32
-    values; K-quants: fp16 d (dmin) per 256 values times integer scales (mins) per 32 (Q6_K:
-    16)."""
+    the 1 or 2 high bits of Q5_0 / Q5_1 / Q5_K / Q6_K; 2-bit values and Q3_K's third bit);
+    fp16 scale d (and min m) per 32 values; K-quants: fp16 d (dmin) per 256 values times
+    integer scales (mins) per 32 (Q2_K, Q3_K, Q6_K: 16)."""
     if qtype == Q.Q8_0:
         return _per(p["d"], 32) * p["qs"].astype(np.float32)
+    if qtype in (Q.Q2_K, Q.Q3_K):
+        q, scale = _fields(p["qs"], 2), _per(p["d"], 256) * _per(p["sc"], 16)
+        if qtype == Q.Q3_K:
+            return scale * (q + 4 * _fields(p["qh"], 1) - 4)
+        return scale * q - _per(p["dmin"], 256) * _per(p["mn"], 16)
     q = _fields(p["qs"], 4)
     if qtype == Q.Q4_0:
         return _per(p["d"], 32) * (q - 8)

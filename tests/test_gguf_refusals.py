@@ -13,7 +13,7 @@ from gguf_synth import SynthTensor, write_gguf
 from vllm_tvm.checkpoints.gguf_config import check_gguf_supported, hf_config_from_gguf
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
-SUPPORTED_TYPES = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"
+SUPPORTED_TYPES = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"
 
 
 def llama_metadata() -> dict[str, object]:

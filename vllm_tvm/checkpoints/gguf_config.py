@@ -44,6 +44,8 @@ SUPPORTED_QUANT_TYPES: tuple[GGMLQuantizationType, ...] = (
     GGMLQuantizationType.Q4_1,
     GGMLQuantizationType.Q5_0,
     GGMLQuantizationType.Q5_1,
+    GGMLQuantizationType.Q2_K,
+    GGMLQuantizationType.Q3_K,
     GGMLQuantizationType.Q4_K,
     GGMLQuantizationType.Q5_K,
     GGMLQuantizationType.Q6_K,

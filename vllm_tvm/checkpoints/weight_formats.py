@@ -89,6 +89,18 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat(
             "q5_1", "Q5_1", 32, (_NIBBLES, _FIFTH_BITS, _SCALES, Plane("m", "float16", 32))
         ),
+        QuantFormat(
+            "q2_k",
+            "Q2_K",
+            256,
+            (_CRUMBS, *_K_SUPER_SCALES, Plane("sc", "uint8", 16), Plane("mn", "uint8", 16)),
+        ),
+        QuantFormat(
+            "q3_k",
+            "Q3_K",
+            256,
+            (_CRUMBS, _FIFTH_BITS, Plane("sc", "int8", 16), Plane("d", "float16", 256)),
+        ),
         QuantFormat("q4_k", "Q4_K", 256, (_NIBBLES, *_K_SCALES)),
         QuantFormat("q5_k", "Q5_K", 256, (_NIBBLES, _FIFTH_BITS, *_K_SCALES)),
         # The two high bits of each value, 16 to a uint32 word.

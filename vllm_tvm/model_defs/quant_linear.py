@@ -88,14 +88,23 @@ def _with_high_bits(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
 
 
 def _k_offset(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
-    """Q4_K/Q5_K sub-block offset dmin * min (ggml's `m1`)."""
+    """Q2_K/Q4_K/Q5_K sub-block offset dmin * min (ggml's `m1`)."""
     return p.value("dmin", row, col) * p.value("mn", row, col)
 
 
-def _q4_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
-    """ggml Q4_K: (d * scale) * q - dmin * min, q 4-bit, scale/min 6-bit per 32 values."""
+def _k_with_min(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q4_K and Q2_K: (d * scale) * q - dmin * min; Q4_K: q 4-bit, scale/min 6-bit
+    per 32 values; Q2_K: q 2-bit, scale/min 4-bit per 16 values."""
     scale = p.value("d", row, col) * p.value("sc", row, col)
     return scale * p.field("qs", row, col) - _k_offset(p, row, col)
+
+
+def _q3_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q3_K: (d * scale) * (q - 4), q 3-bit (two low bits + 4 * high bit), scale int8
+    (6 bits less 32) per 16 values."""
+    scale = p.value("d", row, col) * p.value("sc", row, col)
+    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(4)
+    return scale * (q - _f32(4))
 
 
 def _q5_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
@@ -180,7 +189,9 @@ _VALUE: dict[str, Value] = {
     "q4_1": _q4_1,
     "q5_0": _q5_0,
     "q5_1": _q5_1,
-    "q4_k": _q4_k,
+    "q2_k": _k_with_min,
+    "q3_k": _q3_k,
+    "q4_k": _k_with_min,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
     "fp8_e4m3": _fp8_e4m3,
