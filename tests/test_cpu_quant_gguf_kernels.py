@@ -1,4 +1,4 @@
-"""The CPU's fused quantized matmuls of GGUF types, each against the `gguf` package.
+"""The CPU's fused matmuls of GGUF types (quantized, F16, BF16), each against `gguf`.
 
 Oracle: the blocks as a GGUF file stores them, dequantized by `gguf.quants.dequantize`,
 times the activations in float64 numpy. The kernel under test reads the same blocks
@@ -57,6 +57,8 @@ CASES: dict[Q, tuple[Blocks, int]] = {
     Q.Q5_1: (_quantized(Q.Q5_1), 160),
     Q.Q2_K: (_random_k_blocks(Q.Q2_K), 768),
     Q.Q3_K: (_random_k_blocks(Q.Q3_K), 768),
+    Q.F16: (_quantized(Q.F16), 160),
+    Q.BF16: (_quantized(Q.BF16), 160),
 }
 FEATURES = 48
 """Three FEATURE_BLOCKs of 16: fused, and not a whole number of 32-feature blocks."""

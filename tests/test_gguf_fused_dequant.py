@@ -1,11 +1,12 @@
 """GGUF weights kept quantized on the device (`--weight-format native`) against the plain path.
 
-For each fused type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) a tiny
-llama file holds every matrix in that type. The `dequantized` arm (every weight dequantized
-to fp32 at load, the path that exists without this feature) is the oracle: the fused
-kernels must give the same logits within 1e-4 and the same greedy tokens. The manifest must
-say which parameters are quantized, the loaded parameters must keep the planes' dtypes, and
-a checkpoint stored differently must be refused before use. Repacked planes are checked
+For each fused type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and F16 /
+BF16, kept 16-bit in fp32 CPU artifacts) a tiny llama file holds every matrix in that type.
+The `dequantized` arm (every weight dequantized to fp32 at load, the path that exists
+without this feature) is the oracle: the fused kernels must give the same logits within
+1e-4 and the same greedy tokens. The manifest must say which parameters are quantized, the
+loaded parameters must keep the planes' dtypes, and a checkpoint stored differently must be
+refused before use. Repacked planes are checked
 against the `gguf` package's own dequantizer.
 """
 
@@ -34,7 +35,7 @@ from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.weights.loader import WeightMismatchError
 
-FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, *K_QUANTS]
+FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, *K_QUANTS, Q.F16, Q.BF16]
 STEPS = 8
 
 # Every weight a llama compiles: embedding, fused q/k/v and gate/up, o/down, lm_head.
@@ -205,7 +206,20 @@ def test_projection_with_mixed_types_is_dequantized_at_load(tmp_path: Path) -> N
         "model.layers.1.mlp.down_proj.weight": Q.F16,
     }
     request = make_request(write_quantized_llama(tmp_path / "mixed.gguf", types))
-    assert dict(request.weight_formats) == {f"{prefix}o_proj.weight": "q4_1"}
+    assert dict(request.weight_formats) == {
+        f"{prefix}o_proj.weight": "q4_1",
+        "model.layers.1.mlp.down_proj.weight": "f16",
+    }
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.BF16], ids=lambda t: t.name)
+def test_16_bit_weights_stay_16_bit_only_where_the_artifact_would_widen_them(
+    files: dict[Q, Path], qtype: Q
+) -> None:
+    """An fp32 CPU artifact keeps them 16-bit; a 16-bit artifact holds them in its own dtype
+    (as float weights), so no format is chosen."""
+    assert set(make_request(files[qtype]).weight_formats.values()) == {qtype.name.lower()}
+    assert dict(make_request(files[qtype], dtype="float16").weight_formats) == {}
 
 
 def test_unknown_weight_format_is_refused_naming_the_choices(files: dict[Q, Path]) -> None:
@@ -242,6 +256,10 @@ def _decode_planes(p: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
     integer scales (mins) per 32 (Q2_K, Q3_K, Q6_K: 16)."""
     if qtype == Q.Q8_0:
         return _per(p["d"], 32) * p["qs"].astype(np.float32)
+    if qtype == Q.F16:
+        return p["w"].astype(np.float32)
+    if qtype == Q.BF16:
+        return (p["w"].astype(np.uint32) << 16).view(np.float32)
     if qtype in (Q.Q2_K, Q.Q3_K):
         q, scale = _fields(p["qs"], 2), _per(p["d"], 256) * _per(p["sc"], 16)
         if qtype == Q.Q3_K:

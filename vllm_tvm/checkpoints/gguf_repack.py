@@ -183,6 +183,14 @@ def _q6_k(blocks: Bytes) -> dict[str, np.ndarray]:
     }
 
 
+def _f16(blocks: Bytes) -> dict[str, np.ndarray]:
+    return {"w": _flat(blocks).view(np.float16)}
+
+
+def _bf16(blocks: Bytes) -> dict[str, np.ndarray]:
+    return {"w": _flat(blocks).view(np.uint16)}
+
+
 _REPACK: dict[str, Callable[[Bytes], dict[str, np.ndarray]]] = {
     "q8_0": _q8_0,
     "q4_0": _q4_0,
@@ -194,6 +202,8 @@ _REPACK: dict[str, Callable[[Bytes], dict[str, np.ndarray]]] = {
     "q4_k": _q4_k,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "f16": _f16,
+    "bf16": _bf16,
 }
 
 

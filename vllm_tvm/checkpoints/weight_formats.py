@@ -13,6 +13,8 @@ value order, value ``v`` of a ``b``-bit field in bits ``b * (v % (32 / b))`` of 
 ``v // (32 / b)``: 4-bit values eight to a word, K-quants' extra high bits beside them) and
 the block scales (and mins) as the file has them. Planes are indexed by plain division of
 the column, which the CPU schedule vectorises and dlight's GPU GEMV/Matmul rules recognise.
+F16 / BF16 weights of fp32 CPU artifacts use the same machinery: one plane of their 16-bit
+values, widened to fp32 in registers, so the weight stream stays half the size.
 """
 
 from __future__ import annotations
@@ -115,6 +117,10 @@ FORMATS: dict[str, QuantFormat] = {
                 Plane("d", "float16", 256),
             ),
         ),
+        # 16-bit floats, one to an element (BF16 as its bit pattern: numpy has no bfloat16),
+        # counted in runs of 32 columns as the CPU schedule's dequantized tile is.
+        QuantFormat("f16", "F16", 32, (Plane("w", "float16", 1),)),
+        QuantFormat("bf16", "BF16", 32, (Plane("w", "uint16", 1),)),
         # int4 values, an fp16 scale and a zero point per group (checkpoints/int4_weights.py).
         *(
             QuantFormat(
@@ -139,6 +145,10 @@ FORMATS: dict[str, QuantFormat] = {
 
 _BY_GGML_TYPE = {fmt.ggml_type: fmt for fmt in FORMATS.values()}
 
+SIXTEEN_BIT_TYPES = ("F16", "BF16")
+"""Float types whose formats keep weights 16-bit and widen them in registers: worth it only
+where the artifact's float dtype is wider (CPU fp32 artifacts), see `choose_formats`."""
+
 
 def quant_format(name: str) -> QuantFormat:
     """The format called `name`; ValueError naming the supported ones."""
@@ -162,6 +172,7 @@ def check_weight_format_mode(mode: str) -> str:
 def choose_formats(
     weights: Mapping[str, tuple[Sequence[str], Sequence[int]]],
     tensor_types: Mapping[str, str],
+    keep_16_bit: bool = False,
 ) -> dict[str, str]:
     """Which weights stay quantized: parameter name -> format name.
 
@@ -169,13 +180,18 @@ def choose_formats(
     its logical shape); `tensor_types` maps checkpoint tensor names to ggml type names. A
     weight stays quantized when all its tensors share one type that has a format here and
     its rows are whole blocks; every other weight is left out (dequantized at load).
+    F16 / BF16 weights stay 16-bit only with `keep_16_bit` (otherwise they are converted to
+    the artifact's dtype at load, as float weights are).
     """
     chosen = {}
     for name, (sources, shape) in weights.items():
         types = {tensor_types.get(source) for source in sources}
         if len(types) != 1:
             continue
-        fmt = _BY_GGML_TYPE.get(next(iter(types)) or "")
+        stored = next(iter(types)) or ""
+        fmt = _BY_GGML_TYPE.get(stored)
+        if stored in SIXTEEN_BIT_TYPES and not keep_16_bit:
+            continue
         if fmt is not None and int(shape[-1]) % fmt.block_size == 0:
             chosen[name] = fmt.name
     return chosen

@@ -76,7 +76,9 @@ def plan_weight_formats(
     candidates = {
         name: (weight_sources(name)[0], shape) for name, shape in quantizable_weights(model).items()
     }
-    return choose_formats(candidates, read_gguf_tensor_types(model_path))
+    # F16 / BF16 weights stay 16-bit where the artifact would widen them: CPU fp32 artifacts.
+    keep_16_bit = target.kind == "llvm" and dtype == "float32"
+    return choose_formats(candidates, read_gguf_tensor_types(model_path), keep_16_bit)
 
 
 def _prequantized_formats(

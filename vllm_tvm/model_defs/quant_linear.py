@@ -179,6 +179,17 @@ def _fp8_e4m3(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return value * p.value("s", row, col)
 
 
+def _f16(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """IEEE half: widened to fp32 (exact)."""
+    return p.value("w", row, col)
+
+
+def _bf16(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """bfloat16, held as its bits: the upper half of an fp32 bit pattern (exact)."""
+    bits = p.item("w", row, col).astype("uint32") << tirx.const(16, "uint32")
+    return tirx.reinterpret(ACCUMULATION_DTYPE, bits)
+
+
 def _f32(value: float) -> tirx.Expr:
     return tirx.const(value, ACCUMULATION_DTYPE)
 
@@ -194,6 +205,8 @@ _VALUE: dict[str, Value] = {
     "q4_k": _k_with_min,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "f16": _f16,
+    "bf16": _bf16,
     "fp8_e4m3": _fp8_e4m3,
     "nvfp4": _nvfp4,
     "mxfp4": _mxfp4,
