@@ -217,9 +217,11 @@ def test_16_bit_weights_stay_16_bit_only_where_the_artifact_would_widen_them(
     files: dict[Q, Path], qtype: Q
 ) -> None:
     """An fp32 CPU artifact keeps them 16-bit; a 16-bit artifact holds them in its own dtype
-    (as float weights), so no format is chosen."""
+    (as float weights), and a tensor-parallel split takes float weights only, so there no
+    format is chosen."""
     assert set(make_request(files[qtype]).weight_formats.values()) == {qtype.name.lower()}
     assert dict(make_request(files[qtype], dtype="float16").weight_formats) == {}
+    assert dict(make_request(files[qtype], tensor_parallel_shards=2).weight_formats) == {}
 
 
 def test_unknown_weight_format_is_refused_naming_the_choices(files: dict[Q, Path]) -> None:
