@@ -89,7 +89,13 @@ def make_request(
             f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
     formats = plan_weight_formats(
-        model_path, config, spec, resolved_dtype, weight_format, quantization
+        model_path,
+        config,
+        spec,
+        resolved_dtype,
+        weight_format,
+        quantization,
+        tensor_parallel_shards,
     )
     resolved_gemm = _resolve_gemm(gemm, spec, resolved_dtype)
     resolved_attention = resolve_attention(attention, spec.kind, resolved_dtype)
