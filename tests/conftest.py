@@ -70,6 +70,15 @@ def cuda_artifact(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 @pytest.fixture(scope="session")
+def embed_bundle(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`vllm-tvm embed` of the tiny Llama for this machine (the C library's tests share it)."""
+    from vllm_tvm.embedding.bundle import write_embedding_bundle
+
+    dest = tmp_path_factory.mktemp("embed") / "bundle"
+    return write_embedding_bundle(dest, tiny_model_dir("llama")).path
+
+
+@pytest.fixture(scope="session")
 def server_farm(tmp_path_factory: pytest.TempPathFactory):
     """The run's engine over the tiny chat checkpoint, and its servers (server_helpers.py)."""
     from server_helpers import make_server_model, start_farm

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_tvm.compiler import cuda_build
+from vllm_tvm.compiler import cuda_binaries, cuda_build
 from vllm_tvm.compiler.targets import CUDA_ARCHS, resolve_target, supported_target_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -87,20 +87,20 @@ def cuda_library(tmp_path_factory: pytest.TempPathFactory, cuda_executable) -> P
 
 @needs_nvcc
 def test_cuda_library_embeds_an_sm90a_cubin(cuda_library: Path) -> None:
-    assert cuda_build.embedded_cuda_archs(cuda_library) == ["sm_90a"]
-    assert cuda_build.library_embeds_cuda_binary(cuda_library, "sm_90a")
+    assert cuda_binaries.embedded_cuda_archs(cuda_library) == ["sm_90a"]
+    assert cuda_binaries.library_embeds_cuda_binary(cuda_library, "sm_90a")
 
 
 @needs_nvcc
 def test_cuda_library_keeps_no_cuda_source(cuda_library: Path) -> None:
-    assert not cuda_build.library_keeps_cuda_source(cuda_library)
+    assert not cuda_binaries.library_keeps_cuda_source(cuda_library)
 
 
 @needs_nvcc
-@pytest.mark.skipif(cuda_build.find_cuobjdump() is None, reason="needs cuobjdump")
+@pytest.mark.skipif(cuda_binaries.find_cuobjdump() is None, reason="needs cuobjdump")
 def test_cuobjdump_and_the_fatbin_parser_agree(cuda_library: Path) -> None:
-    by_tool = cuda_build.embedded_cuda_archs(cuda_library, tool="cuobjdump")
-    by_parser = cuda_build.embedded_cuda_archs(cuda_library, tool="parser")
+    by_tool = cuda_binaries.embedded_cuda_archs(cuda_library, tool="cuobjdump")
+    by_parser = cuda_binaries.embedded_cuda_archs(cuda_library, tool="parser")
     assert by_tool == by_parser == ["sm_90a"]
 
 
@@ -143,8 +143,8 @@ def test_without_the_stub_tvm_keeps_source_and_export_refuses_it(
     )
     result = _run_python(script)
     plain = tmp_path / "plain.so"
-    assert cuda_build.library_keeps_cuda_source(plain)
-    assert not cuda_build.library_embeds_cuda_binary(plain)
+    assert cuda_binaries.library_keeps_cuda_source(plain)
+    assert not cuda_binaries.library_embeds_cuda_binary(plain)
     assert "keeps CUDA source" in result["refusal"]
     assert not (tmp_path / "checked.so").exists()
 

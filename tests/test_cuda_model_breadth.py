@@ -15,7 +15,7 @@ import pytest
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME
 from vllm_tvm.cli.main import main as cli_main
-from vllm_tvm.compiler import cuda_build
+from vllm_tvm.compiler import cuda_binaries
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 
@@ -27,4 +27,4 @@ def test_family_compiles_for_sm90a_with_the_cubin_embedded(
     output = tmp_path / "artifact"
     arguments = ["compile", str(tiny_model_dir(name)), "--target", "cuda"]
     assert cli_main([*arguments, "--dtype", "bfloat16", "--output", str(output)]) == 0
-    assert cuda_build.embedded_cuda_archs(output / LIBRARY_NAME) == ["sm_90a"]
+    assert cuda_binaries.embedded_cuda_archs(output / LIBRARY_NAME) == ["sm_90a"]

@@ -14,7 +14,7 @@ import pytest
 import tvm
 from device_sampling_helpers import chi_square, chi_square_limit, kept_distribution, tied_rows
 
-from vllm_tvm.compiler import cuda_build
+from vllm_tvm.compiler import cuda_binaries, cuda_build
 from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
 from vllm_tvm.compiler.targets import resolve_target
@@ -85,8 +85,8 @@ def _keys(count: int, seed: int = 0) -> np.ndarray:
 
 
 def test_sampling_functions_build_to_an_sm90a_cubin(cuda_library: Path) -> None:
-    assert cuda_build.library_embeds_cuda_binary(cuda_library, "sm_90a")
-    assert not cuda_build.library_keeps_cuda_source(cuda_library)
+    assert cuda_binaries.library_embeds_cuda_binary(cuda_library, "sm_90a")
+    assert not cuda_binaries.library_keeps_cuda_source(cuda_library)
 
 
 @needs_gpu

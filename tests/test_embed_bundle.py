@@ -42,12 +42,9 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def bundle(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vllm_tvm.embedding.bundle import write_embedding_bundle
-
-    dest = tmp_path_factory.mktemp("embed") / "bundle"
-    return write_embedding_bundle(dest, tiny_model_dir("llama")).path
+@pytest.fixture(scope="module")
+def bundle(embed_bundle: Path) -> Path:
+    return embed_bundle
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from tvm.s_tir import dlight as dl
 
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.checkpoints.weight_formats import FORMATS
-from vllm_tvm.compiler import cuda_build
+from vllm_tvm.compiler import cuda_binaries
 from vllm_tvm.compiler.build import compile_model, make_request
 from vllm_tvm.compiler.targets import resolve_target
 from vllm_tvm.model_defs.quant_linear import DEQUANTIZE_BLOCK, QuantWeight, apply_weight_formats
@@ -124,4 +124,4 @@ def test_quantized_model_builds_a_cuda_library(model_file: Path, tmp_path: Path)
     request = make_request(model_file, "cuda:sm_90a")
     assert request.weight_formats["model.layers.0.mlp.down_proj.weight"] == "q4_1"
     artifact = compile_model(request, tmp_path / "artifact", show_progress=False)
-    assert cuda_build.library_embeds_cuda_binary(artifact / "model.so", "sm_90a")
+    assert cuda_binaries.library_embeds_cuda_binary(artifact / "model.so", "sm_90a")

@@ -16,7 +16,7 @@ import tvm
 from tvm import te
 
 from vllm_tvm.artifacts.manifest import read_manifest
-from vllm_tvm.compiler import cuda_build
+from vllm_tvm.compiler import cuda_binaries
 from vllm_tvm.compiler.build import compile_model, make_request
 from vllm_tvm.compiler.targets import resolve_target
 from vllm_tvm.model_defs import moe
@@ -41,8 +41,8 @@ def test_expert_and_mla_models_compile_for_sm90a_with_the_cubin(expert_cuda_arti
     manifest = read_manifest(expert_cuda_artifact)
     assert (manifest.target, manifest.dtype) == ("cuda:sm_90a", "bfloat16")
     library = expert_cuda_artifact / "model.so"
-    assert cuda_build.embedded_cuda_archs(library) == ["sm_90a"]
-    assert not cuda_build.library_keeps_cuda_source(library)
+    assert cuda_binaries.embedded_cuda_archs(library) == ["sm_90a"]
+    assert not cuda_binaries.library_keeps_cuda_source(library)
 
 
 def test_the_phase_annotation_is_the_one_the_gpu_rule_reads() -> None:

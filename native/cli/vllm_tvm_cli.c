@@ -2,6 +2,7 @@
  * vllm-tvm-cli: one completion from a bundle, for scripts and smoke tests.
  *
  *   vllm-tvm-cli [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T] [--seed S] [--json]
+ *   vllm-tvm-cli --help | --version
  *
  * Without --model it runs the model of its own bundle (<bundle>/model, found from
  * /proc/self/exe). With --json it prints one object {"token_ids": [...], "text": "..."}.
@@ -14,9 +15,12 @@
 
 #include "vllm_tvm.h"
 
+#define USAGE                                                                        \
+  "usage: vllm-tvm-cli [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T] " \
+  "[--seed S] [--json]\n       vllm-tvm-cli --help | --version\n"
+
 static int usage(const char* message) {
-  fprintf(stderr, "vllm-tvm-cli: %s\nusage: vllm-tvm-cli [--model DIR] --prompt TEXT "
-                  "[--max-tokens N] [--temperature T] [--seed S] [--json]\n", message);
+  fprintf(stderr, "vllm-tvm-cli: %s\n" USAGE, message);
   return 2;
 }
 
@@ -62,6 +66,14 @@ int main(int argc, char** argv) {
     if (strcmp(flag, "--json") == 0) {
       json = 1;
       continue;
+    }
+    if (strcmp(flag, "--help") == 0) {
+      fputs(USAGE, stdout);
+      return 0;
+    }
+    if (strcmp(flag, "--version") == 0) {
+      printf("vllm-tvm-cli %s (C ABI %d)\n", vllm_tvm_version(), (int)vllm_tvm_abi_version());
+      return 0;
     }
     if (i + 1 >= argc) return usage("a flag is missing its value");
     const char* value = argv[++i];

@@ -14,6 +14,7 @@ from vllm_tvm.cli.common_args import (
     add_tensor_parallel_argument,
     add_weight_format_argument,
 )
+from vllm_tvm.compiler.targets import CUDA_ARCHS, DEFAULT_CUDA_ARCH, FAT_CUDA_ALL
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +27,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--target",
         default="llvm",
-        help="llvm (this CPU), cuda (= cuda:sm_90a), cuda:sm_80|sm_89|sm_90a|sm_100a|sm_120a",
+        help=(
+            f"llvm (this CPU), cuda (= cuda:{DEFAULT_CUDA_ARCH}), cuda:{'|'.join(CUDA_ARCHS)}, "
+            f"or one fat library: {FAT_CUDA_ALL} or a list (cuda:sm_80,sm_86,sm_90a)"
+        ),
     )
     add_dtype_argument(parser)
     add_weight_format_argument(parser)

@@ -17,6 +17,7 @@ from vllm_tvm.cli import (
     models_cmd,
     publish_cmd,
     pull_cmd,
+    release_cmd,
     serve_cmd,
     tokenize_cmd,
 )
@@ -29,6 +30,7 @@ SUBCOMMANDS = (
     tokenize_cmd,
     bundle_cmd,
     embed_cmd,
+    release_cmd,
     keygen_cmd,
     publish_cmd,
     pull_cmd,

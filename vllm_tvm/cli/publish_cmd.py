@@ -87,6 +87,8 @@ def target_features(target_name: str) -> dict[str, Any]:
     from vllm_tvm.registry.machine import cpu_features
 
     spec = resolve_target(target_name)
+    if spec.fat_archs:
+        return {"arch": spec.arch, "archs": list(spec.fat_archs), "ptx": spec.arch}
     if spec.kind == "cuda":
         return {"arch": spec.arch}
     return {**cpu_features(), "cpu": spec.resolved_config().get("mcpu")}

@@ -98,6 +98,11 @@ def make_request(
         tensor_parallel_shards,
     )
     resolved_gemm = _resolve_gemm(gemm, spec, resolved_dtype)
+    if spec.fat_archs and attention != ATTENTION_TIR:
+        raise ValueError(
+            f"attention '{attention}' builds FlashInfer's kernels for one SM; the fat target "
+            f"'{spec.name}' needs attention '{ATTENTION_TIR}'"
+        )
     resolved_attention = resolve_attention(attention, spec.kind, resolved_dtype)
     # Static-shape regions (all of `decode_single` between KV-cache calls) are captured into
     # CUDA graphs at run time, removing per-kernel launch and VM overhead.
@@ -143,6 +148,7 @@ def cache_key_for(request: CompileRequest) -> str:
             "gemm": request.gemm,
             "attention": request.attention,
             **role_key(request.speculative_role),
+            "fat_archs": list(request.target.fat_archs),
         },
         sort_keys=True,
     )

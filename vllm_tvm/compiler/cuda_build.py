@@ -25,7 +25,6 @@ import hashlib
 import os
 import re
 import shutil
-import struct
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -34,6 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from vllm_tvm.artifacts.cache import cache_root
+from vllm_tvm.compiler.cuda_binaries import (
+    embedded_cuda_archs,
+    embedded_ptx_archs,
+    library_keeps_cuda_source,
+)
 from vllm_tvm.compiler.targets import TargetSpec
 
 if TYPE_CHECKING:
@@ -46,15 +50,7 @@ STUB_MARKER = "vllm_tvm_libcuda_stub"
 CUDA_ERROR_NO_DEVICE = 100
 _DRIVER_SONAME = "libcuda.so.1"
 _CUDA_FACTORY = "ffi.Module.create.cuda"
-
-# A fatbinary container starts with this little-endian magic, then u16 version (1), u16 header
-# size and u64 size of the entries. Each entry: u16 kind (1 PTX, 2 ELF cubin), u16, u32 header
-# size, u64 payload size, ..., u32 SM number at offset 0x1c. An ELF cubin records the ptxas
-# command line, which names the exact architecture ("-arch sm_90a").
-_FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
-_FATBIN_KIND_ELF = 2
-_ARCH_IN_CUBIN = re.compile(rb"-arch (sm_\d+[af]?)\b")
-_ARCH_IN_CUOBJDUMP = re.compile(r"\.(sm_\d+[af]?)\.cubin")
+_COMPILE_CALLBACK = "tvm_callback_cuda_compile"
 
 
 def _tvm_lib_dir() -> Path:
@@ -175,7 +171,8 @@ def cuda_build_environment(
 
     Yields the ``tvm.target.Target`` (already entered with ``with target:``). For CUDA specs it
     also enables CUDA codegen (see ``enable_cuda_codegen``), requires nvcc on PATH and sets
-    ``TVM_CUDA_COMPILE_MODE=nvcc`` for the duration. Other kinds only enter the target scope.
+    ``TVM_CUDA_COMPILE_MODE=nvcc`` for the duration; for a fat spec TVM's compile callback
+    asks nvcc for every SM (``fat_gencode_flags``). Other kinds only enter the target scope.
     """
     target = spec.make_target()
     if spec.kind != "cuda":
@@ -188,13 +185,47 @@ def cuda_build_environment(
     previous = os.environ.get("TVM_CUDA_COMPILE_MODE")
     os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
     try:
-        with target:
+        with target, _fat_compile_callback(spec):
             yield target
     finally:
         if previous is None:
             os.environ.pop("TVM_CUDA_COMPILE_MODE", None)
         else:
             os.environ["TVM_CUDA_COMPILE_MODE"] = previous
+
+
+def fat_gencode_flags(spec: TargetSpec) -> list[str]:
+    """nvcc's ``-gencode`` flags of a fat spec: a cubin per SM, then the PTX of ``spec.arch``
+    (the oldest SM, whose code the kernels are generated for) for GPUs newer than all."""
+    flags: list[str] = []
+    for arch in spec.fat_archs:
+        flags += ["-gencode", f"arch=compute_{arch[3:]},code={arch}"]
+    ptx = f"compute_{spec.arch[3:]}"  # type: ignore[index]
+    return [*flags, "-gencode", f"arch={ptx},code={ptx}"]
+
+
+@contextmanager
+def _fat_compile_callback(spec: TargetSpec) -> Iterator[None]:
+    """For a fat spec, replace TVM's CUDA compile callback (which builds for the current
+    target's one SM) by one that builds the fat binary; put TVM's back afterwards."""
+    if not spec.fat_archs:
+        yield
+        return
+    import tvm_ffi
+    from tvm.support import nvcc
+
+    flags = fat_gencode_flags(spec)
+
+    def compile_fat(code: str) -> bytes:
+        return nvcc.compile_cuda(code, target_format="fatbin", arch=flags, compiler="nvcc")
+
+    tvm_ffi.register_global_func(_COMPILE_CALLBACK, compile_fat, override=True)
+    try:
+        yield
+    finally:
+        tvm_ffi.register_global_func(
+            _COMPILE_CALLBACK, nvcc.tvm_callback_cuda_compile, override=True
+        )
 
 
 def build_relax_module(
@@ -228,7 +259,8 @@ def export(
 
     ``link_options`` go to the final link (e.g. the CUDA runtime for linked-in objects).
 
-    For CUDA specs the result is checked: it must embed a cubin for ``spec.arch`` and keep no
+    For CUDA specs the result is checked: it must embed a cubin for ``spec.arch`` (for a fat
+    spec: for each of ``spec.fat_archs``, and the PTX of ``spec.arch``) and keep no
     CUDA source, otherwise RuntimeError (and nothing is left at ``path``).
     """
     path = Path(path)
@@ -267,99 +299,12 @@ def _check_cuda_library(path: Path, spec: TargetSpec) -> None:
             f"exported library for {spec.name} keeps CUDA source instead of a cubin; "
             "build inside cuda_build_environment(spec)"
         )
-    if not library_embeds_cuda_binary(path, spec.arch):
-        found = ", ".join(embedded_cuda_archs(path)) or "none"
+    found = embedded_cuda_archs(path)
+    missing = [a for a in spec.fat_archs or (spec.arch,) if a not in found]
+    if missing:
         raise RuntimeError(
-            f"exported library for {spec.name} embeds no {spec.arch} cubin; cubins found: {found}"
+            f"exported library for {spec.name} embeds no {', '.join(map(str, missing))} cubin; "
+            f"cubins found: {', '.join(found) or 'none'}"
         )
-
-
-def _fatbins(data: bytes) -> list[bytes]:
-    blobs = []
-    pos = data.find(_FATBIN_MAGIC)
-    while pos >= 0:
-        if pos + 16 <= len(data):
-            version, header_size, body_size = struct.unpack_from("<HHQ", data, pos + 4)
-            end = pos + header_size + body_size
-            if version == 1 and header_size >= 16 and end <= len(data):
-                blobs.append(data[pos:end])
-                pos = data.find(_FATBIN_MAGIC, end)
-                continue
-        pos = data.find(_FATBIN_MAGIC, pos + 4)
-    return blobs
-
-
-def _cubin_archs_parsed(fatbin: bytes) -> list[str]:
-    _, header_size, body_size = struct.unpack_from("<HHQ", fatbin, 4)
-    archs = []
-    offset, end = header_size, header_size + body_size
-    while offset + 0x20 <= end:
-        kind, _, entry_header, payload_size = struct.unpack_from("<HHIQ", fatbin, offset)
-        if entry_header == 0:
-            break
-        payload = fatbin[offset + entry_header : offset + entry_header + payload_size]
-        if kind == _FATBIN_KIND_ELF:
-            named = _ARCH_IN_CUBIN.search(payload)
-            sm = struct.unpack_from("<I", fatbin, offset + 0x1C)[0]
-            archs.append(named.group(1).decode() if named else f"sm_{sm}")
-        offset += entry_header + payload_size
-    return archs
-
-
-def find_cuobjdump() -> str | None:
-    """Path of ``cuobjdump``: PATH, ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin``, or the
-    ``nvidia-cuda-cuobjdump`` wheel; None when absent."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    candidates = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "cuobjdump"]
-    try:
-        import nvidia
-
-        candidates += [Path(p) / "cu13" / "bin" / "cuobjdump" for p in nvidia.__path__]
-    except ImportError:
-        pass
-    return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
-
-
-def _cubin_archs_cuobjdump(fatbin: bytes, cuobjdump: str) -> list[str]:
-    with tempfile.TemporaryDirectory() as tmp:
-        blob = Path(tmp) / "embedded.fatbin"
-        blob.write_bytes(fatbin)
-        out = subprocess.run(
-            [cuobjdump, "--list-elf", str(blob)], check=True, capture_output=True, text=True
-        ).stdout
-    return _ARCH_IN_CUOBJDUMP.findall(out)
-
-
-def embedded_cuda_archs(
-    path: str | Path, tool: Literal["auto", "cuobjdump", "parser"] = "auto"
-) -> list[str]:
-    """Architectures of the cubins (SASS, not PTX) embedded in a library, e.g. ``["sm_90a"]``.
-
-    TVM stores its fatbinary inside its own module blob, where ``cuobjdump`` does not look, so
-    each fatbinary is located by its magic number and then listed by ``cuobjdump --list-elf``
-    (``tool="auto"`` when it is found, see ``find_cuobjdump``) or by our header parser.
-    """
-    data = Path(path).read_bytes()
-    cuobjdump = find_cuobjdump() if tool != "parser" else None
-    if tool == "cuobjdump" and cuobjdump is None:
-        raise RuntimeError("cuobjdump not found (PATH, $CUDA_HOME/bin, nvidia-cuda-cuobjdump)")
-    archs = []
-    for fatbin in _fatbins(data):
-        if cuobjdump is not None:
-            archs += _cubin_archs_cuobjdump(fatbin, cuobjdump)
-        else:
-            archs += _cubin_archs_parsed(fatbin)
-    return archs
-
-
-def library_embeds_cuda_binary(path: str | Path, arch: str | None = None) -> bool:
-    """True when the library embeds a cubin (for ``arch``, e.g. ``"sm_90a"``, when given)."""
-    archs = embedded_cuda_archs(path)
-    return bool(archs) if arch is None else arch in archs
-
-
-def library_keeps_cuda_source(path: str | Path) -> bool:
-    """True when the library still carries CUDA C source (compiled only at load time)."""
-    return b"__global__" in Path(path).read_bytes()
+    if spec.fat_archs and spec.arch not in embedded_ptx_archs(path):
+        raise RuntimeError(f"exported library for {spec.name} embeds no {spec.arch} PTX")

@@ -20,7 +20,21 @@ if TYPE_CHECKING:
     import tvm
 
 DEFAULT_CUDA_ARCH = "sm_90a"
-CUDA_ARCHS = ("sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120a")
+CUDA_ARCHS = (
+    "sm_80",  # A100
+    "sm_86",  # RTX 30xx, A10, A40
+    "sm_87",  # Jetson Orin
+    "sm_89",  # RTX 40xx, L4, L40
+    "sm_90a",  # H100, H200
+    "sm_100a",  # B200
+    "sm_103a",  # B300
+    "sm_110",  # Jetson Thor
+    "sm_120a",  # RTX 50xx
+    "sm_121a",  # DGX Spark
+)
+"""Every SM nvcc 13 builds for from sm_80 on, in compute-capability order."""
+FAT_CUDA_ALL = "cuda:all"
+"""A fat library of every CUDA_ARCHS; `cuda:sm_80,sm_86` names a list of them."""
 
 _DEFAULT_ROCM_ARCH = "gfx942"
 AARCH64_CROSS_COMPILER = "aarch64-linux-gnu-g++"
@@ -55,6 +69,9 @@ class TargetSpec:
         config: the dict that ``tvm.target.Target`` accepts (host included).
         cross_compiler: the C++ compiler that links the library for another machine (e.g.
             ``aarch64-linux-gnu-g++``), None for this machine's.
+        fat_archs: for a fat CUDA library, the SMs it carries a cubin for (the driver picks
+            the one of the device's compute capability, and JIT-compiles the PTX of ``arch``
+            on a newer GPU); empty for a library of one SM.
     """
 
     name: str
@@ -64,6 +81,7 @@ class TargetSpec:
     build_only: bool
     config: Mapping[str, Any] = field(hash=False)
     cross_compiler: str | None = None
+    fat_archs: tuple[str, ...] = ()
 
     def resolved_config(self) -> dict[str, Any]:
         """The target dict with host-dependent fields filled in (needs TVM's compiler).
@@ -164,8 +182,48 @@ def supported_target_names() -> list[str]:
     return [*ALIASES, *PRESETS]
 
 
+def fat_cuda_target(archs: list[str]) -> TargetSpec:
+    """One library with a cubin per SM in ``archs`` and the PTX of the oldest.
+
+    Its kernels are generated once, for the oldest SM without its architecture-specific
+    suffix (``sm_90a`` -> ``sm_90``), so the same code is valid for every SM listed: nvcc then
+    assembles it per SM (``arch`` is that code's SM, also the PTX's compute capability).
+
+    Raises:
+        ValueError: an SM that is not in CUDA_ARCHS, named with every accepted one.
+    """
+    unknown = [a for a in archs if a not in CUDA_ARCHS]
+    if unknown:
+        raise ValueError(
+            f"unsupported CUDA architecture {unknown[0]!r}; supported: " + ", ".join(CUDA_ARCHS)
+        )
+    ordered = tuple(a for a in CUDA_ARCHS if a in archs)
+    base = ordered[0].rstrip("af")
+    config = {"kind": "cuda", "arch": base, **_CUDA_LIMITS, "host": {"kind": "llvm"}}
+    return TargetSpec(
+        "cuda:" + ",".join(ordered),
+        "cuda",
+        base,
+        "cuda",
+        False,
+        MappingProxyType(config),
+        fat_archs=ordered,
+    )
+
+
+def _fat_cuda_list(key: str) -> list[str] | None:
+    """The SMs of ``cuda:all`` or ``cuda:sm_a,sm_b,...``; None for any other name."""
+    if key == FAT_CUDA_ALL:
+        return list(CUDA_ARCHS)
+    kind, _, rest = key.partition(":")
+    if kind != "cuda" or "," not in rest:
+        return None
+    return [part.strip() for part in rest.split(",") if part.strip()]
+
+
 def resolve_target(name: str) -> TargetSpec:
-    """Return the preset for ``name`` (e.g. ``"cuda"``, ``"cuda:sm_80"``, ``"llvm"``).
+    """Return the preset for ``name`` (e.g. ``"cuda"``, ``"cuda:sm_80"``, ``"llvm"``), or the
+    fat CUDA target of ``cuda:all`` / ``cuda:sm_80,sm_86,...`` (see ``fat_cuda_target``).
 
     Raises:
         ValueError: the name is unknown or refused; the message names the bad value, the
@@ -175,7 +233,10 @@ def resolve_target(name: str) -> TargetSpec:
     key = ALIASES.get(key, key)
     if key in PRESETS:
         return PRESETS[key]
-    accepted = ", ".join(supported_target_names())
+    fat = _fat_cuda_list(key)
+    if fat is not None:
+        return fat_cuda_target(fat)
+    accepted = ", ".join([*supported_target_names(), FAT_CUDA_ALL, "cuda:sm_80,sm_86,..."])
     if key in _REFUSED:
         raise ValueError(f"unsupported target {name!r}: {_REFUSED[key]}; supported: {accepted}")
     raise ValueError(f"unsupported target {name!r}; supported: {accepted}")

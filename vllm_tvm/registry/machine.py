@@ -5,7 +5,8 @@ have only TVM's runtime. A CPU artifact is compiled for a processor (LLVM's `mcp
 runs where the CPU has every instruction-set extension it may use; it is described by the
 machine (x86_64, aarch64) and those extensions, read from /proc/cpuinfo. A CUDA artifact
 embeds code for one GPU architecture; it runs on a GPU of that compute capability (`sm_90a`
-on 9.0), asked of the CUDA driver.
+on 9.0), asked of the CUDA driver. A fat one (`cuda:all`) embeds a cubin per SM it lists, which
+the driver picks by compute capability, and PTX that the driver compiles for a newer GPU.
 """
 
 from __future__ import annotations
@@ -144,10 +145,29 @@ def _cuda_mismatch(entry: ArtifactEntry, machine: MachineTraits) -> str | None:
     have = machine.features.get("arch")
     if have is None:
         return "no CUDA GPU answers on this machine"
+    if "archs" in entry.features:
+        return _fat_cuda_mismatch(entry.features, str(have))
     built = str(entry.features.get("arch", "")).rstrip("af")
     if built != have:
         return f"built for {entry.features.get('arch')}, this GPU is {have}"
     return None
+
+
+def _compute_capability(arch: str) -> int:
+    """`sm_90a` -> 90 (major * 10 + minor, as the driver's attributes give it)."""
+    return int(arch.removeprefix("sm_").rstrip("af"))
+
+
+def _fat_cuda_mismatch(features: dict[str, object], have: str) -> str | None:
+    """A fat library runs on a GPU with a cubin of its compute capability, or on one newer
+    than its PTX (the driver compiles that at load)."""
+    archs = [str(a) for a in features["archs"]]  # type: ignore[attr-defined]
+    if have in (a.rstrip("af") for a in archs):
+        return None
+    ptx = features.get("ptx")
+    if ptx is not None and _compute_capability(have) >= _compute_capability(str(ptx)):
+        return None
+    return f"built for {', '.join(archs)} (PTX {ptx}), this GPU is {have}"
 
 
 def _cpu_mismatch(entry: ArtifactEntry, machine: MachineTraits) -> str | None:

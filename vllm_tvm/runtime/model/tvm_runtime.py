@@ -12,12 +12,36 @@ so it comes up empty even in a full install.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 _SIDECARS = ("tvm_runtime_cuda", "tvm_runtime_extra")
+_CUDART_SONAME = "libcudart.so.13"
+
+
+def _preload_cudart_wheel() -> None:
+    """Make ``libcudart.so.13`` of the ``nvidia-cuda-runtime`` wheel (the ``cuda`` extra)
+    visible to ``libtvm_runtime_cuda.so``, whose RUNPATH names only its own directory.
+
+    A CUDA runtime the system loader finds wins; the wheel's is loaded globally only when
+    there is none, so a box with the toolkit installed behaves as before.
+    """
+    try:
+        ctypes.CDLL(_CUDART_SONAME)
+        return
+    except OSError:
+        pass
+    for site in sys.path:
+        for candidate in sorted(Path(site).glob(f"nvidia/*/lib/{_CUDART_SONAME}")):
+            try:
+                ctypes.CDLL(str(candidate), mode=ctypes.RTLD_GLOBAL)
+                return
+            except OSError:
+                continue
 
 
 @dataclass(frozen=True)
@@ -58,6 +82,8 @@ def load_runtime_only(*, require_cuda: bool = False) -> TVMRuntime:
     loaded = tvm.base._LOADED_LIBS
     lib_dir = Path(loaded["tvm_runtime"]._name).resolve().parent
     errors: dict[str, str] = {}
+    if "tvm_runtime_cuda" not in loaded:
+        _preload_cudart_wheel()
     for name in _SIDECARS:
         if name in loaded:
             continue
