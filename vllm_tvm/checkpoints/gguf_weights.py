@@ -31,10 +31,9 @@ from vllm_tvm.checkpoints.gguf_expert_tensors import ROW_VECTORS, join_kv_b, kv_
 from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
-    GEMMA_ARCHITECTURES,
-    PERMUTED_QK_ARCHITECTURES,
     TensorSlot,
     architecture_of,
+    gguf_architecture,
     hf_tensor_index,
     hf_tensor_name,
     is_transposed,
@@ -72,9 +71,10 @@ class GGUFWeights:
         self._transposed = {
             hf_tensor_name(t.name, arch) for t in reader.tensors if is_transposed(t.name, arch)
         }
-        self._norm_offset = 1.0 if arch in GEMMA_ARCHITECTURES else 0.0
+        spec = gguf_architecture(arch)
+        self._norm_offset = spec.norm_weight_offset
         self._heads: dict[str, int] = {}
-        if arch in PERMUTED_QK_ARCHITECTURES:
+        if spec.permuted_qk:
             self._heads = {
                 "q_proj": self.config["num_attention_heads"],
                 "k_proj": self.config["num_key_value_heads"],
