@@ -5,9 +5,10 @@ Why this exists: a GGUF file carries its model hyper-parameters as llama.cpp met
 rest of vllm-tvm (model definitions, compiler, runtime) speaks HF ``config.json``, so this
 module translates one into the other, and it is also the gatekeeper: a file whose
 architecture, quantization types or tensor names we cannot serve is refused here, from
-metadata and tensor infos alone, before anything is compiled or any weight is read. The
-tensor-name table is in gguf_tensor_names.py, the rope-scaling recovery in
-gguf_rope_scaling.py.
+metadata and tensor infos alone, before anything is compiled or any weight is read. What
+differs per architecture (tensor names, metadata keys, converter quirks) is each family
+module's (checkpoints/families/); names are read through gguf_tensor_names.py, the
+rope-scaling recovery is in gguf_rope_scaling.py.
 """
 
 from __future__ import annotations

@@ -2,17 +2,17 @@
 
 Why this exists: the runtime and compiler consume weights the way a transformers checkpoint
 holds them (``model.layers.N.self_attn.q_proj.weight``, ``[out, in]``). A GGUF file stores
-them under llama.cpp names, in ggml's reversed shape order, block-quantized, and, for the
-``llama`` and ``granite`` architectures, with the rows of Q and K reordered by llama.cpp's
-converter for its interleaved rotary embedding. This class hides all of that: it maps names,
-dequantizes one tensor at a time on demand with the ``gguf`` package (straight from the
-file's memory map, never copying the file) and puts Q/K rows back in HF order. An expert
-model's stacked expert tensor is offered as one HF tensor per expert (each a slice of the
-stack), and DeepSeek's `kv_b_proj`, which llama.cpp splits in two, is joined back
+them under llama.cpp names, in ggml's reversed shape order, block-quantized, and, for some
+architectures (`permuted_qk` in their family module), with the rows of Q and K reordered by
+llama.cpp's converter for its interleaved rotary embedding. This class hides all of that: it
+maps names, dequantizes one tensor at a time on demand with the ``gguf`` package (straight
+from the file's memory map, never copying the file) and puts Q/K rows back in HF order. An
+expert model's stacked expert tensor is offered as one HF tensor per expert (each a slice of
+the stack), and DeepSeek's `kv_b_proj`, which llama.cpp splits in two, is joined back
 (gguf_expert_tensors.py). ``raw`` exposes the still quantized blocks (rows in HF order too)
-for kernels that dequantize on the fly. Gemma's norm weights come back as HF stores them
-(llama.cpp adds 1 to them), and GPT-2's ``Conv1D`` weights in HF's [in, out] (the converter
-transposes them).
+for kernels that dequantize on the fly. Norm weights that the converter offset (Gemma's:
+llama.cpp adds 1) come back as HF stores them, and transposed weights (GPT-2's ``Conv1D``)
+in HF's layout.
 """
 
 from __future__ import annotations
@@ -124,11 +124,11 @@ class GGUFWeights:
     def raw(self, name: str) -> RawTensor:
         """Tensor ``name`` still quantized: its block bytes, quant type and HF shape.
 
-        Without a row reordering this is a view of the file's memory map; Q/K weights of
-        ``llama`` and ``granite`` files are gathered into HF row order (a copy of that tensor
-        only). A tensor stored transposed against HF (GPT-2's ``Conv1D``) has no block rows in
-        HF order and is refused: it is read dequantized (``get``). A joined `kv_b_proj` has no
-        blocks of its own either: ``ValueError``.
+        Without a row reordering this is a view of the file's memory map; permuted Q/K
+        weights (``llama`` and ``granite`` files) are gathered into HF row order (a copy of
+        that tensor only). A tensor stored transposed against HF (GPT-2's ``Conv1D``) has no
+        block rows in HF order and is refused: it is read dequantized (``get``). A joined
+        `kv_b_proj` has no blocks of its own either: ``ValueError``.
         """
         if name in self._transposed:
             raise ValueError(
