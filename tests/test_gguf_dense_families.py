@@ -28,8 +28,9 @@ from safetensors.numpy import load_file
 from tiny_models import load_oracle
 from tokenizers import Tokenizer
 
+from vllm_tvm.checkpoints.family_index import gguf_architectures
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
-from vllm_tvm.checkpoints.gguf_tensor_names import SUPPORTED_ARCHITECTURES, accepted_tensor_names
+from vllm_tvm.checkpoints.gguf_tensor_names import accepted_tensor_names
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.compiler.build import make_request
@@ -150,7 +151,7 @@ def test_phi3_attention_factor_other_than_transformers_is_refused(
         hf_config_from_gguf(path)
 
 
-@pytest.mark.parametrize("arch", SUPPORTED_ARCHITECTURES)
+@pytest.mark.parametrize("arch", gguf_architectures())
 def test_every_tensor_name_read_is_one_llama_cpp_defines_for_the_architecture(arch: str) -> None:
     model_arch = gguf.MODEL_ARCH[arch.upper()]
     defined = {gguf.TENSOR_NAMES[t].replace("{bid}", "N") for t in gguf.MODEL_TENSORS[model_arch]}

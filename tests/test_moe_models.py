@@ -16,10 +16,11 @@ import torch
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 from tiny_models import load_oracle
 
+from vllm_tvm.checkpoints.families.refused import FAMILIES as REFUSED_FAMILIES
 from vllm_tvm.compiler.targets import resolve_target
 from vllm_tvm.model_defs.config import ModelConfigError
 from vllm_tvm.model_defs.moe import MoEForCausalLM
-from vllm_tvm.model_defs.moe_config import REFUSED_MOE_ARCHITECTURES, parse_moe_config
+from vllm_tvm.model_defs.moe_config import parse_moe_config
 from vllm_tvm.model_defs.registry import UnsupportedArchitectureError, family_for
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
@@ -108,7 +109,7 @@ def test_prefix_cache_hit_and_preemption_equal_plain_runs(name: str, make_llm) -
     assert hit.outputs[0].token_ids == expected[0]
 
 
-@pytest.mark.parametrize("architecture", sorted(REFUSED_MOE_ARCHITECTURES))
+@pytest.mark.parametrize("architecture", sorted(REFUSED_FAMILIES[0].refused))
 def test_unsupported_expert_families_are_refused_by_name(architecture: str) -> None:
     message = f"unsupported architecture {architecture}"
     with pytest.raises(UnsupportedArchitectureError, match=message):

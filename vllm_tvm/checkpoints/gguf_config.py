@@ -5,9 +5,10 @@ Why this exists: a GGUF file carries its model hyper-parameters as llama.cpp met
 rest of vllm-tvm (model definitions, compiler, runtime) speaks HF ``config.json``, so this
 module translates one into the other, and it is also the gatekeeper: a file whose
 architecture, quantization types or tensor names we cannot serve is refused here, from
-metadata and tensor infos alone, before anything is compiled or any weight is read. The
-tensor-name table is in gguf_tensor_names.py, the rope-scaling recovery in
-gguf_rope_scaling.py.
+metadata and tensor infos alone, before anything is compiled or any weight is read. What
+differs per architecture (tensor names, metadata keys, converter quirks) is each family
+module's (checkpoints/families/); names are read through gguf_tensor_names.py, the
+rope-scaling recovery is in gguf_rope_scaling.py.
 """
 
 from __future__ import annotations
@@ -17,19 +18,13 @@ from typing import Any
 
 from gguf import GGMLQuantizationType
 
-from vllm_tvm.checkpoints.gguf_expert_config import deepseek2_config, expert_config
-from vllm_tvm.checkpoints.gguf_family_config import (
-    FAMILY_OPTIONS,
-    PARTIAL_ROTARY_ARCHITECTURES,
-    gpt2_config,
-)
+from vllm_tvm.checkpoints.family_spec import GGUFArchitecture
 from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import MISSING, GGUFSource, metadata_field, open_gguf
 from vllm_tvm.checkpoints.gguf_rope_scaling import rope_scaling_config
 from vllm_tvm.checkpoints.gguf_tensor_names import (
-    GEMMA_ARCHITECTURES,
-    SUPPORTED_ARCHITECTURES,
     architecture_of,
+    gguf_architecture,
     hf_tensor_index,
     hf_tensor_name,
     is_config_tensor,
@@ -111,10 +106,12 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
     ``torch_dtype`` is the float type of the file's weight matrices (``float16`` when they
     are all block-quantized: ggml's block scales are float16). The only tensor data read
     are the small RoPE factor tensors (Llama 3.x's ``rope_freqs.weight``, Phi-3's
-    ``rope_factors_long/short.weight``). Family-specific keys: gguf_family_config.py.
+    ``rope_factors_long/short.weight``). Family-specific keys: each family's module
+    (checkpoints/families/).
     """
     reader = check_gguf_supported(source)
     arch = architecture_of(reader)
+    spec = gguf_architecture(arch)
     tensors = {t.name: t for t in reader.tensors}
 
     def key(name: str, default: Any = MISSING) -> Any:
@@ -124,14 +121,12 @@ def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:
         raise ValueError("GGUF file lacks the tensor 'token_embd.weight'")
     vocab_size = int(tensors["token_embd.weight"].shape[-1])
     tie_word_embeddings = "output.weight" not in tensors
-    if arch == "deepseek2":
-        body = deepseek2_config(key, vocab_size, tie_word_embeddings)
-    elif arch == "gpt2":
-        body = gpt2_config(key)
+    if spec.config_body is not None:
+        body = spec.config_body(key)
     else:
-        body = _decoder_config(reader, arch, key, tensors)
+        body = _decoder_config(reader, spec, key, tensors)
     config: dict[str, Any] = {
-        "architectures": [SUPPORTED_ARCHITECTURES[arch]],
+        "architectures": [spec.hf_architecture],
         "model_type": arch,
         "vocab_size": vocab_size,
         "tie_word_embeddings": tie_word_embeddings,
@@ -156,13 +151,14 @@ def _special_token_ids(reader: GGUFFile) -> dict[str, int]:
 
 
 def _decoder_config(
-    reader: GGUFFile, arch: str, key: Callable[..., Any], tensors: dict[str, Any]
+    reader: GGUFFile, spec: GGUFArchitecture, key: Callable[..., Any], tensors: dict[str, Any]
 ) -> dict[str, Any]:
-    """The keys of a RoPE decoder with RMSNorm (the Llama-shaped families, their experts)."""
+    """The keys of a RoPE decoder with RMSNorm (the Llama-shaped families, their experts),
+    then the family's own keys."""
     hidden_size = _uniform(key("embedding_length"), "embedding_length")
     num_heads = _uniform(key("attention.head_count"), "attention.head_count")
     num_kv_heads = _uniform(key("attention.head_count_kv", num_heads), "attention.head_count_kv")
-    head_dim = _head_dim(reader, arch, hidden_size, num_heads)
+    head_dim = _head_dim(reader, spec, hidden_size, num_heads)
     rope_theta = float(key("rope.freq_base", 10000.0))
     config: dict[str, Any] = {
         "hidden_size": hidden_size,
@@ -177,30 +173,11 @@ def _decoder_config(
         "max_position_embeddings": key("context_length"),
         "attention_bias": "blk.0.attn_q.bias" in tensors,
     }
-    if arch in GEMMA_ARCHITECTURES:
-        config.update(_gemma_config(key))
-    config.update(expert_config(key, arch, tensors))
-    rope_scaling = rope_scaling_config(reader, arch, head_dim, rope_theta)
+    rope_scaling = rope_scaling_config(reader, spec.name, head_dim, rope_theta)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling
-    if arch in FAMILY_OPTIONS:
-        config.update(FAMILY_OPTIONS[arch](reader, key, config))
-    return config
-
-
-def _gemma_config(key: Callable[[str, Any], Any]) -> dict[str, Any]:
-    """The Gemma keys llama.cpp writes; what it leaves out (the sliding-layer RoPE base, the
-    layer pattern, `query_pre_attn_scalar`) keeps transformers' Gemma defaults, as
-    transformers' own GGUF loader does."""
-    config: dict[str, Any] = {"hidden_act": "gelu_pytorch_tanh"}
-    for gguf_key, hf_key in (
-        ("attention.sliding_window", "sliding_window"),
-        ("attn_logit_softcapping", "attn_logit_softcapping"),
-        ("final_logit_softcapping", "final_logit_softcapping"),
-    ):
-        value = key(gguf_key, None)
-        if value is not None:
-            config[hf_key] = value
+    if spec.config_keys is not None:
+        config.update(spec.config_keys(reader, key, config))
     return config
 
 
@@ -215,17 +192,18 @@ def _uniform(value: Any, name: str) -> int:
     return int(value)
 
 
-def _head_dim(reader: GGUFFile, arch: str, hidden_size: int, num_heads: int) -> int:
+def _head_dim(reader: GGUFFile, spec: GGUFArchitecture, hidden_size: int, num_heads: int) -> int:
     """Attention head size: ``attention.key_length``, else the rotary size, else hidden/heads.
 
     Keys and values of different sizes are refused, and so is a rotary size smaller than
     the head (partial rotary) outside the architectures that have one (there the head size
     is ``attention.key_length`` or hidden/heads, as llama.cpp reads it).
     """
+    arch = spec.name
     key_length = metadata_field(reader, f"{arch}.attention.key_length", None)
     value_length = metadata_field(reader, f"{arch}.attention.value_length", key_length)
     rope_dims = metadata_field(reader, f"{arch}.rope.dimension_count", None)
-    if arch in PARTIAL_ROTARY_ARCHITECTURES:
+    if spec.partial_rotary:
         rope_dims = None
     head_dim = key_length or rope_dims or hidden_size // num_heads
     if value_length is not None and value_length != head_dim:

@@ -15,25 +15,11 @@ Sources of the names: the `gguf` package's MODEL_TENSORS / TENSOR_NAMES tables f
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 import numpy as np
 
 EXPERT_PLACEHOLDER = "{expert}"
 """Stands for the expert index in the HF name of a stacked expert projection."""
-
-EXPERT_ARCHITECTURES: dict[str, str] = {
-    "qwen2moe": "Qwen2MoeForCausalLM",
-    "qwen3moe": "Qwen3MoeForCausalLM",
-    "deepseek2": "DeepseekV2ForCausalLM",
-}
-"""GGUF architectures made of experts only, and their HF class (DeepSeek-V3 files are also
-`deepseek2`: the config reader tells them apart by the router's gating function)."""
-
-DEEPSEEK_V3_ARCHITECTURE = "DeepseekV3ForCausalLM"
-"""The HF class of a `deepseek2` file whose router gates by sigmoid."""
-MIXTRAL_ARCHITECTURE = "MixtralForCausalLM"
-"""The HF class of a `llama` file with `llama.expert_count` (Mixtral)."""
 
 KV_B_PARTS = ("self_attn.k_b_proj.weight", "self_attn.v_b_proj.weight")
 """The HF-side names of llama.cpp's `attn_k_b` / `attn_v_b` halves of `kv_b_proj`."""
@@ -43,14 +29,15 @@ ROW_VECTORS = ("mlp.shared_expert_gate.weight",)
 """HF [1, in] weights that older converters squeezed to 1-D (Qwen2-MoE's shared-expert gate)."""
 
 _STACKS = {"ffn_gate_exps.weight": 0, "ffn_up_exps.weight": 1, "ffn_down_exps.weight": 2}
-_MIXTRAL_PROJECTIONS = ("w1", "w3", "w2")
-_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+MIXTRAL_PROJECTIONS = ("w1", "w3", "w2")
+PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+"""HF names of one expert's (gate, up, down) projections: Mixtral's, everyone else's."""
 
 # llama.cpp before its merged `_exps` tensors wrote one tensor per expert: blk.N.ffn_gate.E.
 _PER_EXPERT_NAME = re.compile(r"blk\.\d+\.ffn_(gate|up|down)\.\d+\.weight")
 
 
-def _routed(block: str, projections: tuple[str, str, str]) -> dict[str, str]:
+def routed_tensors(block: str, projections: tuple[str, str, str]) -> dict[str, str]:
     """The router and the stacked experts of one layer's expert block."""
     return {
         "ffn_gate_inp.weight": f"{block}.gate.weight",
@@ -61,14 +48,14 @@ def _routed(block: str, projections: tuple[str, str, str]) -> dict[str, str]:
     }
 
 
-def _shared(block: str) -> dict[str, str]:
+def shared_expert_tensors(block: str) -> dict[str, str]:
     """An always-on expert's SwiGLU tensors (`_shexp`) under HF module `block`."""
     return {
         f"ffn_{part}_shexp.weight": f"{block}.{part}_proj.weight" for part in ("gate", "up", "down")
     }
 
 
-_MLA: dict[str, str] = {
+MLA_TENSORS: dict[str, str] = {
     "attn_q.weight": "self_attn.q_proj.weight",
     "attn_q_a.weight": "self_attn.q_a_proj.weight",
     "attn_q_a_norm.weight": "self_attn.q_a_layernorm.weight",
@@ -80,43 +67,6 @@ _MLA: dict[str, str] = {
     "attn_v_b.weight": KV_B_PARTS[1],
     "attn_output.weight": "self_attn.o_proj.weight",
 }
-
-
-def expert_block_tensors(
-    attention: Mapping[str, str], dense_ffn: Mapping[str, str], qkv_bias: Mapping[str, str]
-) -> dict[str, dict[str, str]]:
-    """Per expert architecture, its per-block tensors (suffix after `blk.N.` -> HF suffix).
-
-    `attention` holds the norms and q/k/v/o projections of the llama family, `dense_ffn`
-    the dense SwiGLU, `qkv_bias` the q/k/v biases (gguf_tensor_names.py owns them).
-    """
-    qwen_moe = {**attention, **_routed("mlp", _PROJECTIONS)}
-    return {
-        "qwen2moe": {
-            **qwen_moe,
-            **qkv_bias,
-            **_shared("mlp.shared_expert"),
-            "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight",
-        },
-        "qwen3moe": {
-            **qwen_moe,
-            "attn_q_norm.weight": "self_attn.q_norm.weight",
-            "attn_k_norm.weight": "self_attn.k_norm.weight",
-        },
-        "deepseek2": {
-            "attn_norm.weight": attention["attn_norm.weight"],
-            "ffn_norm.weight": attention["ffn_norm.weight"],
-            **_MLA,
-            **dense_ffn,
-            **_routed("mlp", _PROJECTIONS),
-            **_shared("mlp.shared_experts"),
-            "exp_probs_b.bias": "mlp.gate.e_score_correction_bias",
-        },
-    }
-
-
-MIXTRAL_BLOCK_TENSORS = _routed("block_sparse_moe", _MIXTRAL_PROJECTIONS)
-"""What a `llama` file with experts adds to the llama per-block tensors."""
 
 
 def refuse_per_expert_tensor(gguf_name: str) -> None:

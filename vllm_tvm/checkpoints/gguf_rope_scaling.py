@@ -14,7 +14,10 @@ import numpy as np
 
 from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import float32_decimal, metadata_field
-from vllm_tvm.checkpoints.gguf_tensor_names import ROPE_FREQS_TENSOR
+
+ROPE_FREQS_TENSOR = "rope_freqs.weight"
+"""The tensor llama.cpp's converter writes for Llama 3.x `llama3` rope scaling: one divisor
+per rotary frequency. It is folded into `rope_scaling` and is not a model weight."""
 
 _ROPE_SCALING_TYPES = ("none", "linear", "yarn")
 

@@ -2,17 +2,17 @@
 
 Why this exists: the runtime and compiler consume weights the way a transformers checkpoint
 holds them (``model.layers.N.self_attn.q_proj.weight``, ``[out, in]``). A GGUF file stores
-them under llama.cpp names, in ggml's reversed shape order, block-quantized, and, for the
-``llama`` and ``granite`` architectures, with the rows of Q and K reordered by llama.cpp's
-converter for its interleaved rotary embedding. This class hides all of that: it maps names,
-dequantizes one tensor at a time on demand with the ``gguf`` package (straight from the
-file's memory map, never copying the file) and puts Q/K rows back in HF order. An expert
-model's stacked expert tensor is offered as one HF tensor per expert (each a slice of the
-stack), and DeepSeek's `kv_b_proj`, which llama.cpp splits in two, is joined back
+them under llama.cpp names, in ggml's reversed shape order, block-quantized, and, for some
+architectures (`permuted_qk` in their family module), with the rows of Q and K reordered by
+llama.cpp's converter for its interleaved rotary embedding. This class hides all of that: it
+maps names, dequantizes one tensor at a time on demand with the ``gguf`` package (straight
+from the file's memory map, never copying the file) and puts Q/K rows back in HF order. An
+expert model's stacked expert tensor is offered as one HF tensor per expert (each a slice of
+the stack), and DeepSeek's `kv_b_proj`, which llama.cpp splits in two, is joined back
 (gguf_expert_tensors.py). ``raw`` exposes the still quantized blocks (rows in HF order too)
-for kernels that dequantize on the fly. Gemma's norm weights come back as HF stores them
-(llama.cpp adds 1 to them), and GPT-2's ``Conv1D`` weights in HF's [in, out] (the converter
-transposes them).
+for kernels that dequantize on the fly. Norm weights that the converter offset (Gemma's:
+llama.cpp adds 1) come back as HF stores them, and transposed weights (GPT-2's ``Conv1D``)
+in HF's layout.
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ from vllm_tvm.checkpoints.gguf_expert_tensors import ROW_VECTORS, join_kv_b, kv_
 from vllm_tvm.checkpoints.gguf_file import GGUFFile, GGUFTensor
 from vllm_tvm.checkpoints.gguf_reader import GGUFSource, open_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import (
-    GEMMA_ARCHITECTURES,
-    PERMUTED_QK_ARCHITECTURES,
     TensorSlot,
     architecture_of,
+    gguf_architecture,
     hf_tensor_index,
     hf_tensor_name,
     is_transposed,
@@ -72,9 +71,10 @@ class GGUFWeights:
         self._transposed = {
             hf_tensor_name(t.name, arch) for t in reader.tensors if is_transposed(t.name, arch)
         }
-        self._norm_offset = 1.0 if arch in GEMMA_ARCHITECTURES else 0.0
+        spec = gguf_architecture(arch)
+        self._norm_offset = spec.norm_weight_offset
         self._heads: dict[str, int] = {}
-        if arch in PERMUTED_QK_ARCHITECTURES:
+        if spec.permuted_qk:
             self._heads = {
                 "q_proj": self.config["num_attention_heads"],
                 "k_proj": self.config["num_key_value_heads"],
@@ -124,11 +124,11 @@ class GGUFWeights:
     def raw(self, name: str) -> RawTensor:
         """Tensor ``name`` still quantized: its block bytes, quant type and HF shape.
 
-        Without a row reordering this is a view of the file's memory map; Q/K weights of
-        ``llama`` and ``granite`` files are gathered into HF row order (a copy of that tensor
-        only). A tensor stored transposed against HF (GPT-2's ``Conv1D``) has no block rows in
-        HF order and is refused: it is read dequantized (``get``). A joined `kv_b_proj` has no
-        blocks of its own either: ``ValueError``.
+        Without a row reordering this is a view of the file's memory map; permuted Q/K
+        weights (``llama`` and ``granite`` files) are gathered into HF row order (a copy of
+        that tensor only). A tensor stored transposed against HF (GPT-2's ``Conv1D``) has no
+        block rows in HF order and is refused: it is read dequantized (``get``). A joined
+        `kv_b_proj` has no blocks of its own either: ``ValueError``.
         """
         if name in self._transposed:
             raise ValueError(

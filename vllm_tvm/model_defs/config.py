@@ -1,13 +1,13 @@
 """One validated description of a llama-family model, read from an HF `config.json`.
 
 Why: HF configs of the supported families spell the same facts differently (transformers
-4 writes `rope_theta` + `rope_scaling`, transformers 5 writes `rope_parameters`; Qwen2 has
-q/k/v bias without saying so; Qwen3 has per-head q/k RMSNorm; OLMo-2 norms sublayer outputs
-and whole q/k projections; Granite scales embeddings, residuals, attention and logits; Phi-3
-rotates part of each head; Gemma's differences are read by gemma_options.py). RoPE settings
-are read by rope_scaling.py. Everything downstream (the nn model, the compiler, the runtime)
-reads this dataclass instead, and anything the model definition cannot reproduce exactly is
-refused here, by name, before a compile starts.
+4 writes `rope_theta` + `rope_scaling`, transformers 5 writes `rope_parameters`; Gemma,
+Granite, OLMo-2 and Qwen switch numerics on by architecture). This module reads what every
+llama-shaped config says (RoPE settings through rope_scaling.py); what a family's
+architecture implies beyond that is its family module's (checkpoints/families/), found by
+architecture name, so no family is named here. Everything downstream (the nn model, the
+compiler, the runtime) reads this dataclass instead, and anything the model definition
+cannot reproduce exactly is refused here, by name, before a compile starts.
 """
 
 from __future__ import annotations
@@ -17,18 +17,21 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from vllm_tvm.checkpoints.family_index import family_of
+
+# Defined with the family records, which raise and read them too; the model definitions
+# import them from here.
+from vllm_tvm.checkpoints.family_spec import (
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    FamilySpec,
+    ModelConfigError,
+)
 from vllm_tvm.model_defs.rope_scaling import (
     LAYER_ROPE_TYPES,
     partial_rotary_factor,
     rope_settings,
 )
-
-SLIDING_ATTENTION = "sliding_attention"
-FULL_ATTENTION = "full_attention"
-
-
-class ModelConfigError(ValueError):
-    """A checkpoint config the model definition cannot run exactly."""
 
 
 class ConfigRecord:
@@ -79,7 +82,7 @@ class LlamaFamilyConfig(ConfigRecord):
     """Granite: the softmax scale (None: 1 / sqrt(head_dim))."""
     logits_scaling: float = 1.0
     """Granite: logits are divided by this."""
-    # Gemma's options (defaults: Llama's numerics); see gemma_options.py.
+    # Gemma's options (defaults: Llama's numerics); see checkpoints/families/gemma.py.
     hidden_act: str = "silu"
     norm_weight_offset: float = 0.0
     """Every RMSNorm multiplies by `offset + w` (Gemma stores w - 1: offset 1.0)."""
@@ -172,18 +175,6 @@ def _refuse_unsupported_features(config: dict[str, Any]) -> None:
         )
 
 
-def _granite_multipliers(config: dict[str, Any]) -> dict[str, Any]:
-    """Granite's four scalars (absent keys keep Llama's numerics)."""
-    if config["architectures"][0] != "GraniteForCausalLM":
-        return {}
-    return {
-        "embedding_scale": float(config.get("embedding_multiplier", 1.0)),
-        "residual_multiplier": float(config.get("residual_multiplier", 1.0)),
-        "attention_multiplier": float(config.get("attention_multiplier", 1.0)),
-        "logits_scaling": float(config.get("logits_scaling", 1.0)),
-    }
-
-
 def _sliding_layer_types(
     config: dict[str, Any], window: int | None, layers: int
 ) -> tuple[str, ...]:
@@ -208,20 +199,33 @@ def _check_layer_types(parsed: LlamaFamilyConfig) -> LlamaFamilyConfig:
     return parsed
 
 
+def _sliding_window(config: dict[str, Any], family: FamilySpec) -> Any:
+    """The config's `sliding_window`, unless the family's switch for it is off."""
+    switch = family.sliding_window_switch
+    if switch is not None and not config.get(switch, False):
+        return None
+    return config.get("sliding_window")
+
+
+_LLAMA_NUMERICS = FamilySpec(name="llama-numerics", architectures=())
+"""What an architecture no family owns is parsed as (callers refuse unknown names first:
+model_defs/registry.py); the speculative heads' configs are read this way."""
+
+
 def parse_llama_family_config(
     config: dict[str, Any], max_model_len: int | None = None
 ) -> LlamaFamilyConfig:
     """Validate an HF config dict of a llama-family architecture and normalise it, for an
     engine of `max_model_len` tokens (None: the checkpoint's context; longrope's factor set
     depends on it, rope_scaling.py)."""
-    from vllm_tvm.model_defs import gemma_options
-
-    config = gemma_options.text_config_of(config)
     architecture = require_key(config, "architectures")[0]
+    family = family_of(architecture) or _LLAMA_NUMERICS
+    if family.text_config is not None:
+        config = family.text_config(config)
     _refuse_unsupported_features(config)
     local_theta = None
-    if gemma_options.is_gemma(architecture):
-        config, local_theta = gemma_options.split_rope_parameters(config)
+    if family.sliding_rope is not None:
+        config, local_theta = family.sliding_rope(config)
     hidden = int(require_key(config, "hidden_size"))
     heads = int(require_key(config, "num_attention_heads"))
     layers = int(require_key(config, "num_hidden_layers"))
@@ -230,13 +234,8 @@ def parse_llama_family_config(
     theta, rope_type, rope_scaling, context = rope_settings(
         config, int(head_dim * rotary_factor), max_model_len
     )
-    is_qwen2 = architecture == "Qwen2ForCausalLM"
-    is_qwen3 = architecture == "Qwen3ForCausalLM"
-    is_olmo2 = architecture == "Olmo2ForCausalLM"
     attention_bias = bool(config.get("attention_bias", False))
-    sliding = config.get("sliding_window")
-    if architecture.startswith("Qwen") and not config.get("use_sliding_window", False):
-        sliding = None
+    sliding = _sliding_window(config, family)
     layer_types = _sliding_layer_types(config, sliding, layers)
     parsed = LlamaFamilyConfig(
         architecture=architecture,
@@ -253,21 +252,16 @@ def parse_llama_family_config(
         rope_scaling=rope_scaling,
         max_position_embeddings=context,
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        qkv_bias=True if is_qwen2 else attention_bias,
-        o_proj_bias=False if is_qwen2 else attention_bias,
+        qkv_bias=attention_bias,
+        o_proj_bias=attention_bias,
         mlp_bias=bool(config.get("mlp_bias", False)),
-        qk_norm=is_qwen3 or is_olmo2,
         sliding_window=int(sliding) if layer_types else None,
         layer_types=layer_types,
         hidden_act=config.get("hidden_act", "silu"),
         partial_rotary_factor=rotary_factor,
-        norm_position="post" if is_olmo2 else "pre",
-        qk_norm_scope="projection" if is_olmo2 else "head",
-        **_granite_multipliers(config),
     )
-    if gemma_options.is_gemma(architecture):
-        options = gemma_options.gemma_options(config, architecture, theta, local_theta)
-        parsed = replace(parsed, **options)
+    if family.config_options is not None:
+        parsed = replace(parsed, **family.config_options(config, theta, local_theta))
     if parsed.rope_local_theta is not None and rope_type == "llama3":
         raise ModelConfigError(
             "unsupported rope_scaling type 'llama3' with a sliding-layer RoPE base; supported "

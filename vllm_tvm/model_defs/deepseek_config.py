@@ -15,12 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from vllm_tvm.checkpoints.families.deepseek import DEEPSEEK_V2, DEEPSEEK_V3
 from vllm_tvm.model_defs.config import ModelConfigError
 from vllm_tvm.model_defs.moe_config import MoEConfig
 
-DEEPSEEK_V2 = "DeepseekV2ForCausalLM"
-DEEPSEEK_V3 = "DeepseekV3ForCausalLM"
-DEEPSEEK_ARCHITECTURES = (DEEPSEEK_V2, DEEPSEEK_V3)
 TOPK_METHODS = {
     DEEPSEEK_V2: ("greedy", "group_limited_greedy"),
     DEEPSEEK_V3: ("noaux_tc",),

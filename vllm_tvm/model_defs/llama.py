@@ -5,8 +5,8 @@ One definition covers these families because they differ only in switches that
 `LlamaFamilyConfig` carries (GQA, q/k/v bias, q/k RMSNorm per head or per projection, pre,
 post or sandwich sublayer norms, Granite's multipliers, tied embeddings, RoPE scaling,
 partial rotary; Gemma's (1 + w) norms, scaled embeddings, GELU, soft-capped final logits,
-per-layer sliding windows and sliding-layer RoPE base: gemma_options.py). Attention runs
-through TVM's paged KV cache (`TIRPagedKVCache`, or `FlashInferPagedKVCache` with
+per-layer sliding windows and sliding-layer RoPE base: checkpoints/families/gemma.py).
+Attention runs through TVM's paged KV cache (`TIRPagedKVCache`, or `FlashInferPagedKVCache` with
 FlashInfer's kernels: compiler/attention.py), which applies RoPE to q/k itself (but for
 yarn, longrope and per-layer RoPE bases, which the model applies: rotary.py); the exported
 functions follow the compiled contract in docs/ARCHITECTURE.md: `embed`, `prefill` (ragged

@@ -2,9 +2,10 @@
 
 Why a subclass of `LlamaFamilyConfig`: the three families keep the llama-family attention
 (GQA, Qwen2's q/k/v bias, Qwen3's q/k RMSNorm) and replace the feed-forward of some or all
-layers by routed experts. The attention facts are parsed once, by the llama parser; this
-module adds what routing needs and which layers route, and refuses what the expert layer
-cannot reproduce exactly.
+layers by routed experts. The attention facts are parsed once, by the llama parser (with
+the family's options: checkpoints/families/mixtral.py, qwen_moe.py); this module adds what
+routing needs and which layers route, and refuses what the expert layer cannot reproduce
+exactly.
 """
 
 from __future__ import annotations
@@ -12,25 +13,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vllm_tvm.checkpoints.families.mixtral import MIXTRAL
+from vllm_tvm.checkpoints.families.qwen_moe import QWEN2_MOE
+from vllm_tvm.checkpoints.family_index import family_of
 from vllm_tvm.model_defs.config import (
     LlamaFamilyConfig,
     ModelConfigError,
     parse_llama_family_config,
 )
-
-MIXTRAL = "MixtralForCausalLM"
-QWEN2_MOE = "Qwen2MoeForCausalLM"
-QWEN3_MOE = "Qwen3MoeForCausalLM"
-MOE_ARCHITECTURES = (MIXTRAL, QWEN2_MOE, QWEN3_MOE)
-
-REFUSED_MOE_ARCHITECTURES = {
-    "GptOssForCausalLM": "gpt-oss (attention sinks, clamped SwiGLU with expert biases)",
-    "Glm4MoeForCausalLM": "GLM-4.5 (sigmoid group routing with partial rotary attention)",
-    "Qwen3NextForCausalLM": "Qwen3-Next (hybrid linear attention)",
-    "JambaForCausalLM": "Jamba (hybrid Mamba layers)",
-    "GraniteMoeHybridForCausalLM": "Granite-4 hybrid (Mamba layers)",
-}
-"""Expert models with parts the definitions here lack, refused by name before a compile."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +63,8 @@ def parse_moe_config(config: dict[str, Any], max_model_len: int | None = None) -
     """Validate an HF config dict of a mixture-of-experts architecture and normalise it (for
     an engine of `max_model_len` tokens, as `parse_llama_family_config`)."""
     architecture = config["architectures"][0]
-    if architecture not in MOE_ARCHITECTURES:
+    family = family_of(architecture)
+    if family is None or family.definition != "moe":
         raise ModelConfigError(f"{architecture} is not a supported mixture-of-experts model")
     base = asdict(parse_llama_family_config(config, max_model_len))
     if base["hidden_act"] != "silu":
@@ -81,13 +72,6 @@ def parse_moe_config(config: dict[str, Any], max_model_len: int | None = None) -
         raise ModelConfigError(
             f"unsupported hidden_act '{base['hidden_act']}' for {architecture}; supported: silu"
         )
-    base["qkv_bias"] = (
-        bool(config.get("qkv_bias", True))
-        if architecture == QWEN2_MOE
-        else bool(config.get("attention_bias", False))
-    )
-    base["o_proj_bias"] = False
-    base["qk_norm"] = architecture == QWEN3_MOE
     is_mixtral = architecture == MIXTRAL
     # transformers 5 writes Qwen3-MoE's `num_experts` as `num_local_experts`, Mixtral's name.
     experts = int(config.get("num_local_experts") or config.get("num_experts") or 0)

@@ -1,8 +1,10 @@
 """Which HF `architectures[0]` names the project can compile, and with what definition.
 
-The registry is the single place that ties a checkpoint to a model definition: the compiler
-asks it for the nn model, the runtime asks it nothing (the artifact's manifest carries what
-the runtime needs). An unknown architecture fails here, at load, by name.
+The registry ties a checkpoint to a model definition: each family module
+(checkpoints/families/) names the architectures it serves and the definition that runs
+them, and this module holds the definitions by name (`DEFINITIONS`). The compiler asks it
+for the nn model, the runtime asks it nothing (the artifact's manifest carries what the
+runtime needs). An unknown or refused architecture fails here, at load, by name.
 """
 
 from __future__ import annotations
@@ -13,15 +15,12 @@ from typing import Any
 
 from tvm.relax.frontend import nn
 
+from vllm_tvm.checkpoints.family_index import family_of, refusal_of, served_architectures
 from vllm_tvm.model_defs import deepseek, learned_positions, llama, moe
 from vllm_tvm.model_defs.config import ConfigRecord, parse_llama_family_config
-from vllm_tvm.model_defs.deepseek_config import DEEPSEEK_ARCHITECTURES, parse_deepseek_config
+from vllm_tvm.model_defs.deepseek_config import parse_deepseek_config
 from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
-from vllm_tvm.model_defs.moe_config import (
-    MOE_ARCHITECTURES,
-    REFUSED_MOE_ARCHITECTURES,
-    parse_moe_config,
-)
+from vllm_tvm.model_defs.moe_config import parse_moe_config
 
 WeightSources = Callable[[str], tuple[list[str], int]]
 
@@ -84,8 +83,8 @@ _DEEPSEEK_FAMILY = ModelFamily(
     config_weight_sources=moe.moe_weight_sources,
 )
 
-_PHI3_FAMILY = ModelFamily(
-    name="phi3",
+_PREFUSED_LLAMA = ModelFamily(
+    name="llama-prefused",
     parse_config=parse_llama_family_config,
     build_model=llama.LlamaForCausalLM,
     weight_sources=llama.prefused_weight_sources,
@@ -107,55 +106,53 @@ _GPT2_FAMILY = ModelFamily(
 
 
 def _text_tower_sources(param_name: str) -> tuple[list[str], int]:
-    """Checkpoint names of a multimodal Gemma 3's text tower (`language_model.` + the
+    """Checkpoint names of a multimodal checkpoint's text tower (`language_model.` + the
     Llama-family names); the vision tower's tensors are never read."""
     sources, axis = llama.fused_weight_sources(param_name)
     return [f"language_model.{source}" for source in sources], axis
 
 
-_GEMMA3_TEXT_TOWER = ModelFamily(
-    name="gemma3-text-tower",
+_LLAMA_TEXT_TOWER = ModelFamily(
+    name="llama-text-tower",
     parse_config=parse_llama_family_config,
     build_model=llama.LlamaForCausalLM,
     weight_sources=_text_tower_sources,
 )
 
-ARCHITECTURES: dict[str, ModelFamily] = {
-    "LlamaForCausalLM": _LLAMA_FAMILY,
-    "MistralForCausalLM": _LLAMA_FAMILY,
-    "Qwen2ForCausalLM": _LLAMA_FAMILY,
-    "Qwen3ForCausalLM": _LLAMA_FAMILY,
-    **dict.fromkeys(MOE_ARCHITECTURES, _MOE_FAMILY),
-    **dict.fromkeys(DEEPSEEK_ARCHITECTURES, _DEEPSEEK_FAMILY),
-    "Olmo2ForCausalLM": _LLAMA_FAMILY,
-    "GraniteForCausalLM": _LLAMA_FAMILY,
-    "Phi3ForCausalLM": _PHI3_FAMILY,
-    "GPT2LMHeadModel": _GPT2_FAMILY,
-    "OPTForCausalLM": _OPT_FAMILY,
-    # Gemma: the same definition with Gemma's options (gemma_options.py).
-    "GemmaForCausalLM": _LLAMA_FAMILY,
-    "Gemma2ForCausalLM": _LLAMA_FAMILY,
-    "Gemma3ForCausalLM": _LLAMA_FAMILY,
-    # Text in, text out: image input does not exist in the engine.
-    "Gemma3ForConditionalGeneration": _GEMMA3_TEXT_TOWER,
+DEFINITIONS: dict[str, ModelFamily] = {
+    family.name: family
+    for family in (
+        _LLAMA_FAMILY,
+        _MOE_FAMILY,
+        _DEEPSEEK_FAMILY,
+        _PREFUSED_LLAMA,
+        _OPT_FAMILY,
+        _GPT2_FAMILY,
+        _LLAMA_TEXT_TOWER,
+    )
 }
+"""The model definitions by the name a family module's `definition` gives
+(`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `llama-text-tower`: the
+decoder of a multimodal checkpoint)."""
 
 
 def family_for(config: dict[str, Any]) -> ModelFamily:
     """The model family of an HF config dict, or an error naming the architecture."""
     names = config.get("architectures") or []
+    supported = ", ".join(served_architectures())
     if not names:
         raise UnsupportedArchitectureError(
-            "config.json has no 'architectures' entry; supported: " + ", ".join(ARCHITECTURES)
+            "config.json has no 'architectures' entry; supported: " + supported
         )
-    family = ARCHITECTURES.get(names[0])
-    if names[0] in REFUSED_MOE_ARCHITECTURES:
+    refusal = refusal_of(names[0])
+    if refusal is not None:
         raise UnsupportedArchitectureError(
-            f"unsupported architecture {names[0]}: {REFUSED_MOE_ARCHITECTURES[names[0]]} "
-            "is not implemented; supported: " + ", ".join(ARCHITECTURES)
+            f"unsupported architecture {names[0]}: {refusal} is not implemented; supported: "
+            + supported
         )
-    if family is None:
+    spec = family_of(names[0])
+    if spec is None:
         raise UnsupportedArchitectureError(
-            f"unsupported architecture {names[0]}; supported: " + ", ".join(ARCHITECTURES)
+            f"unsupported architecture {names[0]}; supported: " + supported
         )
-    return family
+    return DEFINITIONS[spec.definition]

@@ -25,20 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vllm_tvm.checkpoints.family_index import all_families, family_of
 from vllm_tvm.checkpoints.shard_slices import SourceShard
 
 ROW_SOURCES = (".o_proj.weight", ".down_proj.weight")
 PREFUSED_SOURCES = (".qkv_proj.", ".gate_up_proj.")
-TENSOR_PARALLEL_ARCHITECTURES = (
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-    "GraniteForCausalLM",
-    "GemmaForCausalLM",
-    "Gemma2ForCausalLM",
-    "Gemma3ForCausalLM",
-)
+
+
+def tensor_parallel_architectures() -> list[str]:
+    """The HF architectures of the families the plan can split (their `tensor_parallel`)."""
+    return [name for spec in all_families() if spec.tensor_parallel for name in spec.architectures]
 
 
 class TensorParallelError(ValueError):
@@ -65,10 +61,11 @@ def check_shardable(config: Any, shards: int) -> None:
         raise TensorParallelError(f"tensor_parallel_shards must be >= 1, got {shards}")
     if shards == 1:
         return
-    if config.architecture not in TENSOR_PARALLEL_ARCHITECTURES:
+    family = family_of(config.architecture)
+    if family is None or not family.tensor_parallel:
         raise TensorParallelError(
             f"tensor parallelism is not supported for {config.architecture}; supported: "
-            + ", ".join(TENSOR_PARALLEL_ARCHITECTURES)
+            + ", ".join(tensor_parallel_architectures())
         )
     q_heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     refusals = {

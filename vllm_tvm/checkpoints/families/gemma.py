@@ -1,25 +1,35 @@
-"""The Gemma 1/2/3 differences from Llama, read from an HF config as named options.
+"""Gemma 1/2/3: the Llama definition with Gemma's numerics switches, read from HF configs
+and from llama.cpp's `gemma` / `gemma2` / `gemma3` files.
 
-Why apart from config.py: Gemma differs from Llama only in numerics switches ((1 + w)
-RMSNorm, sqrt(hidden)-scaled embeddings, GELU-tanh, sandwich norms, soft-capping,
-`query_pre_attn_scalar`, per-layer sliding windows, a separate RoPE base for the sliding
-layers). Gemma 2's attention-logit soft-capping is compiled into the paged-attention
-kernels (compiler/attention_softcap.py). Gemma 3 configs carry the key but transformers
-does not apply it there, so neither does the model.
+Gemma differs from Llama only in numerics switches ((1 + w) RMSNorm, sqrt(hidden)-scaled
+embeddings, GELU-tanh, sandwich norms, soft-capping, `query_pre_attn_scalar`, per-layer
+sliding windows, a separate RoPE base for the sliding layers). Gemma 2's attention-logit
+soft-capping is compiled into the paged-attention kernels (compiler/attention_softcap.py).
+Gemma 3 configs carry the key but transformers does not apply it there, so neither does
+the model.
 
-The one model definition (llama.py) implements the switches; this module is the only place
-that knows which Gemma generation sets which, including the spellings of configs written by
-transformers 4 (`sliding_window_pattern`, `rope_local_base_freq`) and 5 (`layer_types`,
-per-layer-type `rope_parameters`).
+The one model definition (model_defs/llama.py) implements the switches; this module is the
+only place that knows which Gemma generation sets which, including the spellings of
+configs written by transformers 4 (`sliding_window_pattern`, `rope_local_base_freq`) and 5
+(`layer_types`, per-layer-type `rope_parameters`), and what llama.cpp's converter writes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from vllm_tvm.model_defs.config import FULL_ATTENTION, SLIDING_ATTENTION, ModelConfigError
+from vllm_tvm.checkpoints.families.llama import BLOCK_TENSORS, QK_NORM
+from vllm_tvm.checkpoints.family_spec import (
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    FamilySpec,
+    GGUFArchitecture,
+    GGUFKey,
+    ModelConfigError,
+)
+from vllm_tvm.checkpoints.gguf_file import GGUFFile
 
-GEMMA_ARCHITECTURES = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
+GEMMA_TEXT_ARCHITECTURES = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
 GEMMA3_MULTIMODAL = "Gemma3ForConditionalGeneration"
 """Served as its text tower: the vision tower's weights are not read, image input does not
 exist in the engine."""
@@ -29,16 +39,9 @@ GEMMA3_DEFAULT_LOCAL_ROPE_THETA = 10000.0
 """transformers' defaults where a Gemma 3 config (or a GGUF file) does not say."""
 
 
-def is_gemma(architecture: str) -> bool:
-    """Whether `architecture` is one of the Gemma generations."""
-    return architecture in GEMMA_ARCHITECTURES or architecture == GEMMA3_MULTIMODAL
-
-
-def text_config_of(config: dict[str, Any]) -> dict[str, Any]:
+def _text_tower_config(config: dict[str, Any]) -> dict[str, Any]:
     """The decoder's config: a multimodal Gemma 3 checkpoint nests it in `text_config`."""
-    architecture = (config.get("architectures") or ["?"])[0]
-    if architecture != GEMMA3_MULTIMODAL:
-        return config
+    architecture = config["architectures"][0]
     text = config.get("text_config")
     if not isinstance(text, dict):
         raise ModelConfigError(f"config.json of {architecture} has no 'text_config'")
@@ -56,7 +59,7 @@ def _default_layer_types(architecture: str, config: dict[str, Any], layers: int)
     return [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING_ATTENTION for i in range(layers)]
 
 
-def split_rope_parameters(config: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
+def _split_rope_parameters(config: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
     """(the config with the full-attention layers' RoPE only, the sliding layers' base).
 
     transformers 5 writes Gemma 3's RoPE per layer type; transformers 4 wrote the global one
@@ -81,10 +84,11 @@ def split_rope_parameters(config: dict[str, Any]) -> tuple[dict[str, Any], float
     return config, float(local_base) if local_base is not None else None
 
 
-def gemma_options(
-    config: dict[str, Any], architecture: str, rope_theta: float, local_theta: float | None
+def _options(
+    config: dict[str, Any], rope_theta: float, local_theta: float | None
 ) -> dict[str, Any]:
     """`LlamaFamilyConfig` fields of a Gemma checkpoint (the text config)."""
+    architecture = config["architectures"][0]
     if config.get("use_bidirectional_attention"):
         raise ModelConfigError(
             "unsupported use_bidirectional_attention=true; supported: causal attention"
@@ -131,3 +135,61 @@ def _activation(config: dict[str, Any]) -> str:
 
 def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _gguf_keys(reader: GGUFFile, key: GGUFKey, config: dict[str, Any]) -> dict[str, Any]:
+    """The Gemma keys llama.cpp writes; what it leaves out (the sliding-layer RoPE base, the
+    layer pattern, `query_pre_attn_scalar`) keeps transformers' Gemma defaults, as
+    transformers' own GGUF loader does."""
+    del reader, config
+    keys: dict[str, Any] = {"hidden_act": "gelu_pytorch_tanh"}
+    for gguf_key, hf_key in (
+        ("attention.sliding_window", "sliding_window"),
+        ("attn_logit_softcapping", "attn_logit_softcapping"),
+        ("final_logit_softcapping", "final_logit_softcapping"),
+    ):
+        value = key(gguf_key, None)
+        if value is not None:
+            keys[hf_key] = value
+    return keys
+
+
+_SANDWICH_NORMS = {
+    **BLOCK_TENSORS,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+"""Gemma 2/3 norm the attention and MLP outputs too; `ffn_norm` is then the MLP's input norm."""
+
+
+def _gguf(name: str, hf_architecture: str, block_tensors: dict[str, str]) -> GGUFArchitecture:
+    """llama.cpp's converter stores Gemma's RMSNorm weights as HF's w + 1 (the factor the
+    norm multiplies by); the HF names carry w (gguf_weights.py subtracts 1)."""
+    return GGUFArchitecture(
+        name, hf_architecture, block_tensors, norm_weight_offset=1.0, config_keys=_gguf_keys
+    )
+
+
+FAMILIES = (
+    FamilySpec(
+        name="gemma",
+        architectures=GEMMA_TEXT_ARCHITECTURES,
+        tensor_parallel=True,
+        gguf=(
+            _gguf("gemma", "GemmaForCausalLM", BLOCK_TENSORS),
+            _gguf("gemma2", "Gemma2ForCausalLM", _SANDWICH_NORMS),
+            _gguf("gemma3", "Gemma3ForCausalLM", {**_SANDWICH_NORMS, **QK_NORM}),
+        ),
+        config_options=_options,
+        sliding_rope=_split_rope_parameters,
+    ),
+    FamilySpec(
+        name="gemma3-multimodal",
+        architectures=(GEMMA3_MULTIMODAL,),
+        definition="llama-text-tower",
+        config_options=_options,
+        text_config=_text_tower_config,
+        sliding_rope=_split_rope_parameters,
+    ),
+)

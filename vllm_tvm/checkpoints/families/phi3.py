@@ -1,49 +1,31 @@
-"""The HF config keys of the GGUF families that are not Llama-shaped in their metadata.
+"""Phi-3: the Llama definition on checkpoints that fuse q/k/v and gate/up, with a partial
+rotary and longrope; llama.cpp's `phi3` files store the longrope factors as tensors.
 
-Why apart from gguf_config.py: Phi-3, Granite and GPT-2 each carry facts that llama.cpp's
-converter spells its own way (Phi-3: a partial rotary size, longrope factors as tensors, an
-attention factor and an original context; Granite: four multipliers under `*_scale` names;
-GPT-2: LayerNorm and a learned position table, no RoPE at all). Each function here turns
-one family's keys back into the HF `config.json` keys its transformers class reads, and
-refuses what llama.cpp would compute differently from transformers. OLMo-2 needs nothing
-here: its differences are all in its tensor names.
+Phi-3's partial rotary is read from HF configs by every llama-shaped family
+(model_defs/rope_scaling.py); what is Phi-3's own is how llama.cpp's converter spells it: a
+`rope.dimension_count` below the head size, the factors as tensors, an attention factor and
+an original context, which are turned back into the HF keys here. The fused matrices do not
+split for tensor parallelism (model_defs/tensor_parallel.py refuses them by name).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from vllm_tvm.checkpoints.family_spec import FamilySpec, GGUFArchitecture, GGUFKey
 from vllm_tvm.checkpoints.gguf_file import GGUFFile
 from vllm_tvm.checkpoints.gguf_reader import float32_decimal
-from vllm_tvm.checkpoints.gguf_tensor_names import ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT
 
-Key = Callable[..., Any]
-"""`key(name, default)`: the metadata value `{arch}.{name}` (gguf_config.py)."""
-
-PARTIAL_ROTARY_ARCHITECTURES = ("phi3",)
-"""Architectures whose `rope.dimension_count` may be smaller than the head (the first
-channels rotate); their head size is `attention.key_length` or hidden / heads."""
+PHI3 = "Phi3ForCausalLM"
+ROPE_FACTORS_LONG = "rope_factors_long.weight"
+ROPE_FACTORS_SHORT = "rope_factors_short.weight"
+"""Phi-3's longrope factors, one per rotary frequency; folded into `rope_scaling`."""
 
 
-def gpt2_config(key: Key) -> dict[str, Any]:
-    """GPT2Config's own keys. llama.cpp runs GPT-2's MLP with ggml's tanh GELU, which is
-    HF's `gelu_new`."""
-    return {
-        "n_embd": key("embedding_length"),
-        "n_head": key("attention.head_count"),
-        "n_layer": key("block_count"),
-        "n_positions": key("context_length"),
-        "n_inner": key("feed_forward_length"),
-        "layer_norm_epsilon": key("attention.layer_norm_epsilon"),
-        "activation_function": "gelu_new",
-    }
-
-
-def _phi3_options(reader: GGUFFile, key: Key, config: dict[str, Any]) -> dict[str, Any]:
+def _gguf_keys(reader: GGUFFile, key: GGUFKey, config: dict[str, Any]) -> dict[str, Any]:
     """Partial rotary, the sliding window (0: none) and longrope from the factor tensors.
 
     The converter writes `rope.scaling.attn_factor` as transformers derives it from the
@@ -105,21 +87,28 @@ def _check_longrope_attention_factor(
         )
 
 
-def _granite_options(reader: GGUFFile, key: Key, config: dict[str, Any]) -> dict[str, Any]:
-    """Granite's multipliers. `logit_scale` is required (as llama.cpp requires it); an absent
-    attention scale means 1 / sqrt(head size) and absent embedding / residual scales 1, as
-    llama.cpp reads such a file."""
-    del reader
-    return {
-        "logits_scaling": key("logit_scale"),
-        "attention_multiplier": key("attention.scale", config["head_dim"] ** -0.5),
-        "embedding_multiplier": key("embedding_scale", 1.0),
-        "residual_multiplier": key("residual_scale", 1.0),
-    }
-
-
-FAMILY_OPTIONS: dict[str, Callable[[GGUFFile, Key, dict[str, Any]], dict[str, Any]]] = {
-    "phi3": _phi3_options,
-    "granite": _granite_options,
-}
-"""Per architecture: (reader, key, the Llama-shaped config so far) -> keys to add."""
+FAMILIES = (
+    FamilySpec(
+        name="phi3",
+        architectures=(PHI3,),
+        definition="llama-prefused",
+        gguf=(
+            GGUFArchitecture(
+                "phi3",
+                PHI3,
+                {
+                    "attn_norm.weight": "input_layernorm.weight",
+                    "attn_qkv.weight": "self_attn.qkv_proj.weight",
+                    "attn_output.weight": "self_attn.o_proj.weight",
+                    "ffn_norm.weight": "post_attention_layernorm.weight",
+                    # gate and up rows, as HF fuses them
+                    "ffn_up.weight": "mlp.gate_up_proj.weight",
+                    "ffn_down.weight": "mlp.down_proj.weight",
+                },
+                config_tensors=(ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT),
+                partial_rotary=True,
+                config_keys=_gguf_keys,
+            ),
+        ),
+    ),
+)
