@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
+from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
 from vllm_tvm.kernels import load_artifact_extensions
-from vllm_tvm.runtime.devices import DEVICES, target_kind_for
+from vllm_tvm.runtime.devices import DEVICES
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.model.artifact_fit import check_runs_on, fit_context_limit
 from vllm_tvm.runtime.model.cpu_threads import (
     configure_cpu_pool,
     plan_cpu_threads,
@@ -28,8 +30,6 @@ from vllm_tvm.runtime.model.cpu_threads import (
 )
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import load_params, open_weights, to_dtype
-
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _tvm_device(device: str) -> Any:
@@ -57,12 +57,15 @@ class ModelRunner:
         show_progress: bool = True,
         max_total_seq_len: int | None = None,
         params: list[Any] | None = None,
+        manifest: Manifest | None = None,
     ) -> None:
         """`max_model_len` None means the model's own limit; a larger value is refused.
 
         `max_total_seq_len` is the KV pool in tokens (None: `max_model_len * max_batch_size`).
         `params` are parameters already on the device in manifest order (e.g. handed over
         through DLPack by a benchmark that made them with torch); then `model_path` is unused.
+        `manifest` is the artifact's, already read and verified by the caller (None: read
+        here), so an engine start hashes the artifact once.
         On the CPU, TVM's worker pool is sized and pinned first (see cpu_threads.py).
         """
         from vllm_tvm.runtime.model.tvm_runtime import load_runtime
@@ -71,13 +74,11 @@ class ModelRunner:
         if cpu_plan is not None:
             prepare_cpu_pool(cpu_plan)
         tvm = load_runtime(require_cuda=device == "cuda")
-        artifact_dir = Path(artifact_dir)
-        self.manifest: Manifest = read_manifest(artifact_dir)
-        if self.manifest.target_kind != target_kind_for(device):
-            raise ArtifactError(
-                f"artifact {artifact_dir} was built for target '{self.manifest.target}', "
-                f"which cannot run on device '{device}'"
-            )
+        self.artifact_dir = Path(artifact_dir)
+        artifact_dir = self.artifact_dir
+        self.manifest = manifest or read_manifest(artifact_dir)
+        check_runs_on(self.manifest, artifact_dir, device)
+        self.spec = self.manifest.runtime
         self.device = _tvm_device(device)
         self.cpu_threads = configure_cpu_pool(tvm, cpu_plan) if cpu_plan is not None else None
         load_artifact_extensions(artifact_dir, self.manifest.extensions, self.device)
@@ -101,14 +102,11 @@ class ModelRunner:
         self._prefill = self.vm["prefill"]
         self._decode = self.vm["decode"]
         # Latent-attention models: a prefill over sequences with cached tokens is `extend`.
-        self._extend = self.vm["extend"] if "extend" in self.manifest.functions else None
-        # Artifacts from before `decode_single` existed run batch 1 through `decode`.
-        self._decode_single = (
-            self.vm["decode_single"] if "decode_single" in self.manifest.functions else self._decode
-        )
-        # Artifacts from before the device sampling functions reduce logits on the host.
-        self._argmax = self.vm["argmax"] if "argmax" in self.manifest.functions else None
-        self._sample = self.vm["sample"] if "sample" in self.manifest.functions else None
+        self._extend = self.vm["extend"] if self.spec.ragged_dispatch == RAGGED_LATENT else None
+        # Heads export no `decode_single`: their batch 1 runs `decode`.
+        self._decode_single = self.vm["decode_single"] if self.spec.decode_single else self._decode
+        self._argmax = self.vm["argmax"] if self.spec.device_sampling else None
+        self._sample = self.vm["sample"] if self.spec.device_sampling else None
         self._tvm = tvm
         # Device copies of the current forward's host inputs (see `forward_input`).
         self._held_inputs: list[Any] = []
@@ -120,36 +118,21 @@ class ModelRunner:
         prefill_chunk_size: int,
         page_size: int,
     ) -> None:
-        """Set `config`, `vocab_size`, `hidden_size`, `max_model_len` and the KV cache's
-        `kv_config` (pool: `max_model_len * max_batch_size` tokens) from the manifest."""
-        self.config = self.manifest.model_config
-        self.vocab_size = int(self.config["vocab_size"])
-        self.hidden_size = int(self.config["hidden_size"])
-        limit = int(self.config["max_position_embeddings"])
-        window = self.config.get("sliding_window")
-        if window and "layer_types" not in self.config:
-            # Artifacts from before per-layer windows attend to everything: capped.
-            limit = min(limit, int(window))
-        if max_model_len is not None and max_model_len > limit:
-            raise ValueError(
-                f"max_model_len {max_model_len} exceeds the model's context limit {limit}"
-                + _limit_reason(self.config)
-            )
-        self.max_model_len = max_model_len or limit
-        # A sliding layer windows the cached past but not the chunk being appended (TVM's
-        # paged KV cache), so no chunk may be longer than the window. Otherwise a chunk holds
-        # pieces of several prompts and may exceed max_model_len (vLLM's 16k budget at 8k).
+        """Set `vocab_size`, `hidden_size`, `max_model_len` and the KV cache's `kv_config`
+        (pool: `max_model_len * max_batch_size` tokens) from the runtime spec."""
+        self.vocab_size = self.spec.vocab_size
+        self.hidden_size = self.spec.hidden_size
+        self.max_model_len = fit_context_limit(self.spec, max_model_len)
+        # A chunk holds pieces of several prompts and may exceed max_model_len (vLLM's 16k
+        # budget at 8k), but not the model's own chunk limit (a sliding layer's window).
         self.kv_config = KVCacheConfig(
             max_batch_size=max_batch_size,
             max_total_seq_len=self.max_model_len * max_batch_size,
-            prefill_chunk_size=min(prefill_chunk_size, window or limit),
+            prefill_chunk_size=min(
+                prefill_chunk_size, self.spec.prefill_chunk_limit or self.spec.context_limit
+            ),
             page_size=page_size,
         )
-
-    @property
-    def has_sliding_window_layers(self) -> bool:
-        """Whether some layer attends to the last `sliding_window` tokens only."""
-        return bool(self.config.get("sliding_window") and self.config.get("layer_types"))
 
     @property
     def can_sample_on_device(self) -> bool:
@@ -158,17 +141,8 @@ class ModelRunner:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Device bytes one token's keys and values take over all layers (on each device)."""
-        config = self.config
-        if config.get("kv_lora_rank"):  # latent attention: one latent + rope key per token
-            width = int(config["kv_lora_rank"]) + int(config["qk_rope_head_dim"])
-            return int(config["num_hidden_layers"]) * width * _DTYPE_BYTES[self.manifest.dtype]
-        head_dim = int(config.get("head_dim") or self.hidden_size // config["num_attention_heads"])
-        layers = int(config.get("kv_cache_layers") or config["num_hidden_layers"])
-        # A tensor-parallel rank caches its share of the KV heads (one when they are fewer).
-        shards = int(config.get("tensor_parallel_shards", 1))
-        kv_heads = max(1, int(config["num_key_value_heads"]) // shards)
-        return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[self.manifest.dtype]
+        """Device bytes one token's cache entries take over all layers (on each device)."""
+        return self.spec.kv_bytes_per_token
 
     def resize_kv_cache(self, max_total_seq_len: int) -> None:
         """Replace the KV cache by an empty one holding `max_total_seq_len` tokens.
@@ -319,7 +293,7 @@ class ModelRunner:
         """`prefill_logits` through the artifact's hidden-states functions, and the hidden
         states of every token of the chunks on the host: the final-norm ones [total, hidden]
         or, for a target built for an EAGLE-3 head, its aux layers' inputs [total, 3 * hidden]."""
-        if HIDDEN_STATES_FUNCTION not in self.manifest.functions:
+        if self.spec.hidden_states is None:
             raise ArtifactError(
                 f"the artifact has no {HIDDEN_STATES_FUNCTION!r}: build it for drafting from "
                 "hidden states (EAGLE, MTP)"
@@ -349,19 +323,3 @@ class ModelRunner:
     def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> np.ndarray:
         """`decode_logits`, copied to the host as a numpy array [batch, vocab]."""
         return self.decode_logits(seq_ids, token_ids).numpy()
-
-
-def _limit_reason(config: dict[str, Any]) -> str:
-    """Why a longrope model compiled with its short factors has its original length as its
-    limit (model_defs/rope_scaling.py: compiled with the long factors, it has the full one)."""
-    if config.get("rope_type") != "longrope":
-        return ""
-    original = int(config["rope_scaling"]["original_max_position_embeddings"])
-    if int(config["max_position_embeddings"]) > original:
-        return ""
-    return (
-        " (longrope: past original_max_position_embeddings transformers rotates with the "
-        "long factors, which the paged cache cannot apply to keys already rotated with the "
-        "short ones; an artifact compiled for a longer max_model_len runs the long factors "
-        "at every position)"
-    )

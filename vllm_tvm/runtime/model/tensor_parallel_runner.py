@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, read_manifest
+from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
 from vllm_tvm.checkpoints.shard_slices import rank_reader
-from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, PagedKVCache
+from vllm_tvm.runtime.model.artifact_fit import check_runs_on
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.weights.loader import assemble_param, open_weights
@@ -68,20 +68,18 @@ class TensorParallelRunner(ModelRunner):
         page_size: int = COMPILED_PAGE_SIZE,
         show_progress: bool = True,
         max_total_seq_len: int | None = None,
+        manifest: Manifest | None = None,
     ) -> None:
         from vllm_tvm.runtime.model.tvm_runtime import load_runtime
 
         tvm = load_runtime(require_cuda=device == "cuda")
         artifact_dir = Path(artifact_dir)
-        self.manifest = read_manifest(artifact_dir)
+        self.manifest = manifest or read_manifest(artifact_dir)
         plan = self.manifest.tensor_parallel
         if plan is None:
             raise ArtifactError(f"artifact {artifact_dir} was not compiled tensor-parallel")
-        if self.manifest.target_kind != target_kind_for(device):
-            raise ArtifactError(
-                f"artifact {artifact_dir} was built for target '{self.manifest.target}', "
-                f"which cannot run on device '{device}'"
-            )
+        check_runs_on(self.manifest, artifact_dir, device)
+        self.spec = self.manifest.runtime
         self.shards = int(plan["shards"])
         self._tvm = tvm
         self.device = tvm.cpu(0) if device == "cpu" else tvm.cuda(0)

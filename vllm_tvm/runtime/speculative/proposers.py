@@ -35,6 +35,6 @@ def proposer_for(
     if config.method in HEAD_ARCHITECTURES:
         if not isinstance(draft_runner, HeadRunner):
             raise ValueError(f"speculative method {config.method!r} needs a head's runner")
-        store = TargetHiddenStates(exported_hidden_width(target.config, target.hidden_size))
+        store = TargetHiddenStates(exported_hidden_width(target.spec))
         return HeadProposer(draft_runner, sampler, store, config.method == "mtp")
     return DraftModelProposer(draft_runner, sampler)
