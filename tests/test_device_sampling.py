@@ -12,8 +12,8 @@ from device_sampling_helpers import chi_square, chi_square_limit, kept_distribut
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.device_sampling import DEVICE_SAMPLING_ENV, needs_host_row
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import SamplingContext

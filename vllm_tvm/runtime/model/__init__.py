@@ -1,2 +1,2 @@
-"""Model execution: the TVM runtime, the loaded artifact and its forward calls, and the
-logits it leaves on the device."""
+"""Model execution: the loaded artifact and its forward calls on one device or over
+tensor-parallel ranks, and a step's batch preparation."""

@@ -4,7 +4,7 @@ The runner knows the compiled contract (embed / prefill / decode / create_kv_cac
 device sampling functions argmax / sample) and nothing about requests or sampling policy:
 callers hand it sequence ids and token ids and get fp32 logits back, as numpy arrays
 (`prefill` / `decode`) or left on the device (`prefill_logits` / `decode_logits`, see
-device_logits.py).
+sampling/device_logits.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from vllm_tvm.runtime.model.cpu_threads import (
     plan_cpu_threads,
     prepare_cpu_pool,
 )
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import load_params, open_weights, to_dtype
 
 
@@ -68,7 +68,7 @@ class ModelRunner:
         here), so an engine start hashes the artifact once.
         On the CPU, TVM's worker pool is sized and pinned first (see cpu_threads.py).
         """
-        from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+        from vllm_tvm.runtime.tvm_runtime import load_runtime
 
         cpu_plan = plan_cpu_threads() if device == "cpu" else None
         if cpu_plan is not None:

@@ -26,8 +26,8 @@ from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, r
 from vllm_tvm.checkpoints.shard_slices import rank_reader
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, PagedKVCache
 from vllm_tvm.runtime.model.artifact_fit import check_runs_on
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import assemble_param, open_weights
 
 NCCL_INIT = "runtime.disco.nccl.init_ccl"
@@ -70,7 +70,7 @@ class TensorParallelRunner(ModelRunner):
         max_total_seq_len: int | None = None,
         manifest: Manifest | None = None,
     ) -> None:
-        from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+        from vllm_tvm.runtime.tvm_runtime import load_runtime
 
         tvm = load_runtime(require_cuda=device == "cuda")
         artifact_dir = Path(artifact_dir)
