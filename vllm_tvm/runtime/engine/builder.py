@@ -29,6 +29,7 @@ from vllm_tvm.runtime.kv.cache_config import (
     resolve_num_blocks,
 )
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.speculative.draft_runner import load_draft_runner
 from vllm_tvm.runtime.speculative.head_runner import load_head_runner
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
@@ -48,7 +49,7 @@ def merged_eos_ids(primary: list[int], checkpoint_ids: list[int]) -> list[int]:
 class EngineParts:
     """A loaded model and the settled configuration of an engine over it."""
 
-    runner: ModelRunner
+    runner: Runner
     tokenizer: Tokenizer | None
     eos_token_ids: list[int]
     cache_config: CacheConfig
@@ -72,7 +73,7 @@ def _cap_batch(args: EngineArgs, spec: RuntimeSpec) -> EngineArgs:
 
 def _load_runner(
     args: EngineArgs, manifest: Manifest, model_path: Path, params: list[Any] | None
-) -> ModelRunner:
+) -> Runner:
     """The artifact's runner: on one device, or on `tensor_parallel_size` ranks."""
     sizes = {
         "max_model_len": args.max_model_len,

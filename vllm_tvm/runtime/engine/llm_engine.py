@@ -35,6 +35,7 @@ from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.model.batch import ForwardRunner, prepare_batch, run_forward
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.requests.sequence import (
     FINISH_ABORT,
@@ -68,7 +69,7 @@ class LLMEngine:
 
     def __init__(
         self,
-        runner: ModelRunner,
+        runner: Runner,
         tokenizer: Tokenizer | None,
         eos_token_ids: list[int],
         cache_config: CacheConfig,

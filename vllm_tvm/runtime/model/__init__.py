@@ -1,2 +1,2 @@
-"""Model execution: the loaded artifact and its forward calls on one device or over
-tensor-parallel ranks, and a step's batch preparation."""
+"""Model execution: the runner interface and its one-device and tensor-parallel
+implementations, the loaded artifact's forward calls, and a step's batch preparation."""

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 class ForwardRunner(Protocol):
-    """The two forwards of `ModelRunner` a batch runs on."""
+    """The two forwards of a runner (runner_interface.py) a batch runs on."""
 
     def prefill_logits(
         self,

@@ -16,13 +16,14 @@ from typing import Any
 
 from vllm_tvm.artifacts.manifest import Manifest, read_manifest
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.tokenization import load_tokenizer
 
 
 def load_draft_runner(
     config: SpeculativeConfig,
-    target: ModelRunner,
+    target: Runner,
     target_model: Path,
     device: str,
     max_num_seqs: int,
@@ -60,7 +61,7 @@ def load_draft_runner(
     )
 
 
-def check_built_like_target(manifest: Manifest, target: ModelRunner, what: str, noun: str) -> None:
+def check_built_like_target(manifest: Manifest, target: Runner, what: str, noun: str) -> None:
     """Refuse a proposer (`what`, e.g. "the draft model 'x'") built for another target or
     dtype than the target's artifact."""
     for name in ("target", "dtype"):
@@ -73,7 +74,7 @@ def check_built_like_target(manifest: Manifest, target: ModelRunner, what: str, 
 
 
 def proposer_cache_sizes(
-    config: SpeculativeConfig, target: ModelRunner, max_num_seqs: int, pool_tokens: int
+    config: SpeculativeConfig, target: Runner, max_num_seqs: int, pool_tokens: int
 ) -> dict[str, int]:
     """A proposer's KV cache: the target's pool plus room for each sequence's drafts (and a
     page either side of them), the target's prefill chunk, `max_num_seqs` sequences."""

@@ -26,6 +26,7 @@ from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.checkpoints.weight_formats import FLOAT
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_runner import check_built_like_target, proposer_cache_sizes
 from vllm_tvm.runtime.speculative.eagle3_head import (
@@ -96,7 +97,7 @@ class HeadRunner(ModelRunner):
 
 def load_head_runner(
     config: SpeculativeConfig,
-    target: ModelRunner,
+    target: Runner,
     device: str,
     max_num_seqs: int,
     pool_tokens: int,
@@ -133,14 +134,14 @@ def load_head_runner(
 
 
 def check_head_fits(
-    config: SpeculativeConfig, architecture: str, head: RuntimeSpec, target: ModelRunner
+    config: SpeculativeConfig, architecture: str, head: RuntimeSpec, target: Runner
 ) -> None:
     """Refuse by name a head (its runtime spec `head`) that cannot draft for `target`
     (module doc)."""
     model, what = config.model, MODEL_METHODS[config.method]
     if architecture != HEAD_ARCHITECTURES[config.method]:
         raise ValueError(f"{model!r} was not built as an {what} ({architecture})")
-    if target.spec.hidden_states is None or target.manifest.tensor_parallel is not None:
+    if target.spec.hidden_states is None or not isinstance(target, ModelRunner):
         raise ValueError(
             f"{what}s need the target built with its hidden states, on one device "
             "(tensor-parallel targets are not supported)"

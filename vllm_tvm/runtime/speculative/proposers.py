@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer
@@ -20,7 +21,7 @@ from vllm_tvm.runtime.speculative.target_hidden import TargetHiddenStates
 
 def proposer_for(
     config: SpeculativeConfig,
-    target: ModelRunner,
+    target: Runner,
     draft_runner: ModelRunner | None,
     sampler: Sampler,
 ) -> DraftModelProposer | None:
