@@ -122,10 +122,6 @@ class RuntimeSpec:
         """Device bytes one token's cache entries take over all layers (on each rank)."""
         return sum(layers.kv_bytes_per_token for layers in self.attention)
 
-    @property
-    def has_sliding_window_layers(self) -> bool:
-        return any(layers.kind == SLIDING_ATTENTION for layers in self.attention)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RuntimeSpec:
         """The spec of a manifest's JSON (lists back to tuples, nested specs typed)."""
