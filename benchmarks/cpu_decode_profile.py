@@ -77,7 +77,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
             logits, _ = _timed(
                 totals,
                 "decode_single",
-                lambda h=hidden: runner._decode_single(h, kv.handle, runner.params),
+                lambda h=hidden: runner.vm["decode_single"](h, kv.handle, runner.params),
             )
             _timed(totals, "end_forward", kv.end_forward)
             rows = runner._device_logits(logits, 1)

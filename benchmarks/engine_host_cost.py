@@ -42,10 +42,10 @@ from vllm_tvm.runtime.engine import llm_engine
 from vllm_tvm.runtime.engine.args import default_of
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
-from vllm_tvm.runtime.engine.sequence import OutputKind
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.requests.sequence import OutputKind
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 PROMPT_TOKENS = 128

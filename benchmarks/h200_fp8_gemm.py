@@ -148,7 +148,7 @@ def main() -> int:
         build_quantize_kernel(args.build_quantize_kernel)
         return 0
     from vllm_tvm.kernels.cublaslt import load_cublaslt_extension
-    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.tvm_runtime import load_runtime
 
     tvm = load_runtime(require_cuda=True)
     load_cublaslt_extension(args.extension, tvm.cuda(0))

@@ -303,7 +303,7 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.tvm_runtime import load_runtime
 
     tvm = load_runtime(require_cuda=True)
     report: dict = {"gpu": torch.cuda.get_device_name(), "runs": {}}

@@ -47,7 +47,7 @@ def logit_difference(model_dir: Path, artifact: Path, device: str) -> float:
     from vllm_tvm.entrypoints.llm import LLM
 
     llm = LLM(model_dir, artifact=artifact, device=device, show_progress=False)
-    ids = prompts(int(llm.runner.config["vocab_size"]))[LOGIT_PROMPT]
+    ids = prompts(llm.runner.vocab_size)[LOGIT_PROMPT]
     llm.runner.kv_cache.add_sequence(1)
     try:
         ours = llm.runner.prefill([1], [ids], logit_positions=range(len(ids)))

@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.tvm_runtime import load_runtime
 
     tvm = load_runtime(require_cuda=True)
     oracle = make_oracle(args.config)

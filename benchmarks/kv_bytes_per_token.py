@@ -47,7 +47,7 @@ def main() -> None:
         runner.resize_kv_cache(tokens)
         grown[tokens] = _virtual_bytes() - base
     slopes = [(grown[high] - grown[low]) / (high - low) for low, high in pairwise(TOKENS)]
-    config = runner.config
+    config = runner.manifest.model_config
     report = {
         "benchmark": "kv_bytes_per_token",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

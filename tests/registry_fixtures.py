@@ -14,6 +14,12 @@ from pathlib import Path
 
 import vllm_tvm
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, write_manifest
+from vllm_tvm.artifacts.runtime_spec import (
+    FULL_ATTENTION,
+    PAGED_KV,
+    AttentionLayerSpec,
+    RuntimeSpec,
+)
 from vllm_tvm.registry.index import INDEX_NAME, RegistryIndex, parse_index
 from vllm_tvm.registry.machine import cpu_features, installed_tvm_version
 from vllm_tvm.registry.publish import publish
@@ -56,6 +62,13 @@ def make_fake_registry(base: Path, features: dict | None = None) -> FakeRegistry
         vllm_tvm_version=vllm_tvm.__version__,
         functions=["embed"],
         params=[],
+        runtime=RuntimeSpec(
+            vocab_size=8,
+            hidden_size=4,
+            num_layers=1,
+            context_limit=16,
+            attention=(AttentionLayerSpec(FULL_ATTENTION, 1, 64, PAGED_KV),),
+        ),
     )
     write_manifest(artifact, manifest)
     checkpoint = base / "tiny.gguf"

@@ -3,8 +3,6 @@ softmax they must follow, and the engine's choice between the device and the hos
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Iterator
 
 import numpy as np
@@ -13,10 +11,9 @@ import tvm
 from device_sampling_helpers import chi_square, chi_square_limit, kept_distribution, tied_rows
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 
-from vllm_tvm.artifacts.manifest import MANIFEST_NAME
-from vllm_tvm.entrypoints.llm import LLM, resolve_artifact
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.device_sampling import DEVICE_SAMPLING_ENV, needs_host_row
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import SamplingContext
@@ -262,22 +259,3 @@ def test_a_plain_hook_keeps_every_row_on_the_host(make_llm, host_copies) -> None
     llm.generate(prompts_of_lengths(llm, [10, 14]), GREEDY)
     assert sum(seen) == 2 * GREEDY.max_tokens
     assert host_copies
-
-
-def test_an_artifact_without_sampling_functions_samples_on_the_host(make_llm, tmp_path) -> None:
-    current = make_llm()
-    old = tmp_path / "artifact"
-    shutil.copytree(resolve_artifact(current.model_path, "cpu", "auto", False), old)
-    manifest = json.loads((old / MANIFEST_NAME).read_text())
-    manifest["functions"] = [f for f in manifest["functions"] if f not in ("argmax", "sample")]
-    (old / MANIFEST_NAME).write_text(json.dumps(manifest))
-    previous = make_llm(artifact=old)
-    assert not previous.runner.can_sample_on_device
-    prompts = prompts_of_lengths(current, [12, 20])
-    assert token_ids(previous.generate(prompts, GREEDY)) == token_ids(
-        current.generate(prompts, GREEDY)
-    )
-    current.engine.device_sampling = False  # the host path, whose draws an old artifact makes
-    assert token_ids(previous.generate(prompts, SEEDED)) == token_ids(
-        current.generate(prompts, SEEDED)
-    )

@@ -18,7 +18,7 @@ from vllm_tvm.compiler import cuda_binaries, cuda_build
 from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
 from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 
 VOCAB = 128256
 ROWS = 64

@@ -23,7 +23,7 @@ from engine_helpers import prompts_of_lengths
 
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 from vllm_tvm.runtime.engine.args import ASYNC_WITH_SPECULATION, EngineArgs
-from vllm_tvm.runtime.engine.sequence import EngineSequence
+from vllm_tvm.runtime.requests.sequence import EngineSequence
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 

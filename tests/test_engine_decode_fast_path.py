@@ -20,9 +20,9 @@ import pytest
 from vllm_tvm.runtime.engine.intake import RequestIntake
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.scheduler import POLICIES, Scheduler, SchedulerConfig, SchedulerOutput
-from vllm_tvm.runtime.engine.sequence import EngineSequence
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
+from vllm_tvm.runtime.requests.sequence import EngineSequence
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 # The null KV cache (lengths only) is the host-cost benchmark's: benchmarks/engine_host_cost.py.

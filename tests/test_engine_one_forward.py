@@ -11,9 +11,8 @@ from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.engine.intake import RequestIntake
-from vllm_tvm.runtime.engine.scheduler import ScheduledSequence
-from vllm_tvm.runtime.engine.sequence import EngineSequence
 from vllm_tvm.runtime.model.batch import prepare_batch
+from vllm_tvm.runtime.requests.sequence import EngineSequence, ScheduledSequence
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 

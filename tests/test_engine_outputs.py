@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from vllm_tvm.runtime.engine.intake import RequestIntake
-from vllm_tvm.runtime.engine.outputs import RequestMetrics
-from vllm_tvm.runtime.engine.sequence import OutputKind, Request
+from vllm_tvm.runtime.requests.outputs import RequestMetrics
+from vllm_tvm.runtime.requests.sequence import OutputKind, Request
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import TokenLogprobs
 

@@ -16,10 +16,10 @@ from vllm_tvm.runtime.engine.intake import RequestIntake
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.engine.scheduler import Scheduler, SchedulerConfig
-from vllm_tvm.runtime.engine.sequence import EngineSequence
 from vllm_tvm.runtime.engine.step_pacer import StepPacer, paced_prompt_floor
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
+from vllm_tvm.runtime.requests.sequence import EngineSequence
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from engine_helpers import GREEDY, corpus_ids
 
-from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.requests.outputs import RequestOutput
 
 
 def _finish_order(outputs: list[RequestOutput]) -> list[int]:

@@ -43,6 +43,32 @@ ALLOWED: dict[str, set[str]] = {
 }
 """Which subpackages each one may import. Everything not listed is refused."""
 
+RUNTIME_ROOMS: dict[str, set[str]] = {
+    "devices": set(),
+    "tvm_runtime": set(),
+    "tokenization": set(),
+    "structured_output": {"tokenization"},
+    "sampling": set(),
+    "requests": {"sampling"},
+    "weights": {"devices", "tvm_runtime"},
+    "kv": {"requests"},
+    "model": {"devices", "tvm_runtime", "weights", "kv", "sampling", "requests"},
+    "speculative": {"tokenization", "weights", "kv", "sampling", "requests", "model"},
+    "engine": {
+        "devices",
+        "tokenization",
+        "weights",
+        "kv",
+        "sampling",
+        "requests",
+        "model",
+        "speculative",
+    },
+}
+"""Which rooms of the runtime (its subpackages and top-level modules) each one may import,
+bottom up: the shared request and sequence types sit in `requests/`, below the rooms that
+move sequences around, so none of them reaches up to the engine."""
+
 SUBPACKAGES = {p.name for p in PACKAGE_ROOT.iterdir() if (p / "__init__.py").exists()}
 
 NEVER_BELOW_COMPILER = {"compiler", "schedules", "model_defs"}
@@ -69,6 +95,57 @@ def _package_edges() -> dict[tuple[str, str], list[str]]:
             if target in SUBPACKAGES and target != source:
                 edges[(source, target)].append(f"{module_name(path)} -> {target_module}")
     return edges
+
+
+def _runtime_room(module: str) -> str | None:
+    """`vllm_tvm.runtime.engine.scheduler` -> `engine`; `vllm_tvm.runtime.devices` ->
+    `devices`; outside the runtime (or the runtime package itself) -> None."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["vllm_tvm", "runtime"] and len(parts) > 2 else None
+
+
+def _runtime_room_edges() -> dict[tuple[str, str], list[str]]:
+    """(importer room, imported room) -> the import lines that make the edge."""
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted((PACKAGE_ROOT / "runtime").rglob("*.py")):
+        source = _runtime_room(module_name(path))
+        for target_module in imported_modules(path):
+            target = _runtime_room(target_module)
+            if source is not None and target is not None and target != source:
+                edges[(source, target)].append(f"{module_name(path)} -> {target_module}")
+    return edges
+
+
+def test_every_runtime_room_has_a_rule() -> None:
+    runtime = PACKAGE_ROOT / "runtime"
+    rooms = {p.name for p in runtime.iterdir() if (p / "__init__.py").exists()}
+    rooms |= {p.stem for p in runtime.glob("*.py") if p.name != "__init__.py"}
+    assert set(RUNTIME_ROOMS) == rooms, "add the new room to RUNTIME_ROOMS with what it may use"
+
+
+def test_no_two_runtime_rooms_may_import_each_other() -> None:
+    """RUNTIME_ROOMS orders the rooms: none may import another that may import it, directly
+    or around a longer loop (each room is placed after every room it may import)."""
+    placed: list[str] = []
+    while len(placed) < len(RUNTIME_ROOMS):
+        ready = [
+            room
+            for room, allowed in RUNTIME_ROOMS.items()
+            if room not in placed and allowed <= set(placed)
+        ]
+        assert ready, (
+            f"RUNTIME_ROOMS lets these rooms import each other: {set(RUNTIME_ROOMS) - set(placed)}"
+        )
+        placed.extend(sorted(ready))
+
+
+def test_runtime_rooms_import_only_what_their_rule_allows() -> None:
+    bad = {
+        edge: lines
+        for edge, lines in _runtime_room_edges().items()
+        if edge[1] not in RUNTIME_ROOMS.get(edge[0], set())
+    }
+    assert not bad, f"imports between runtime rooms that RUNTIME_ROOMS does not permit: {bad}"
 
 
 def test_every_subpackage_has_a_rule() -> None:

@@ -50,7 +50,7 @@ def test_a_decode_step_reads_only_the_chosen_experts(tiny_model_dir, make_llm) -
     prompt = prompts_of_lengths(llm, [12])[0]
     next_token = 7
     chosen = _chosen_experts(tiny_model_dir(SHARED_EXPERT_MODEL), [*prompt, next_token])
-    experts = runner.config["num_experts"]
+    experts = runner.manifest.model_config["num_experts"]
     assert 0 < len(chosen) < experts
 
     def decode_after_prompt(seq_id: int, poison: bool) -> np.ndarray:
@@ -153,7 +153,7 @@ def test_top_k_beyond_the_expert_count_is_refused() -> None:
 
 def test_the_mla_cache_holds_one_latent_and_rope_key_per_token(make_llm) -> None:
     runner = make_llm(MLA_MODEL).runner
-    config = runner.config
+    config = runner.manifest.model_config
     assert (config["kv_lora_rank"], config["qk_rope_head_dim"]) == (32, 8)
     assert runner.kv_bytes_per_token == (32 + 8) * config["num_hidden_layers"] * 4
 
@@ -182,7 +182,7 @@ def test_latent_attention_steps_stay_below_the_merged_decode_of_32_sequences(
 ) -> None:
     """TVM's cache merges the decode of 32+ sequences sharing cached blocks into a pass that
     misses the appended token, so an MLA engine never schedules that many at once."""
-    from vllm_tvm.runtime.engine.builder import MLA_MAX_NUM_SEQS
+    from vllm_tvm.compiler.runtime_spec import MLA_MAX_NUM_SEQS
 
     llm = make_llm(MLA_MODEL, max_num_seqs=64)
     assert llm.engine.scheduler.config.max_num_seqs == MLA_MAX_NUM_SEQS == 31

@@ -17,7 +17,7 @@ import typing_extensions
 from vllm_tvm.artifacts.runtime_bundle import MANIFEST_NAME, RuntimeBundle, build_runtime_bundle
 from vllm_tvm.compiler import cuda_build
 from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.runtime.model.tvm_runtime import load_runtime_only
+from vllm_tvm.runtime.tvm_runtime import load_runtime_only
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -70,7 +70,7 @@ CHILD = textwrap.dedent(
     bundle, deps, repo, library, work = sys.argv[1:6]
     sys.path[:0] = [bundle, deps, repo]
     import numpy as np
-    from vllm_tvm.runtime.model.tvm_runtime import load_runtime_only
+    from vllm_tvm.runtime.tvm_runtime import load_runtime_only
     info = load_runtime_only()
     tvm = info.tvm
     try:

@@ -54,7 +54,10 @@ def test_long_prompt_and_generation_past_the_window_equal_transformers(
 ) -> None:
     model_dir = windowed_dir(name)
     llm = LLM(model_dir, device="cpu", show_progress=False)
-    assert llm.runner.kv_config.prefill_chunk_size <= llm.runner.config["sliding_window"]
+    assert (
+        llm.runner.kv_config.prefill_chunk_size
+        <= llm.runner.manifest.model_config["sliding_window"]
+    )
     prompt = _prompt(llm.runner.vocab_size)
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     ours = llm.generate(prompt, params)[0].outputs[0].token_ids

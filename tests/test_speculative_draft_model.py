@@ -113,7 +113,7 @@ def _artifact_copy(artifact: Path, tmp_path: Path, **changes) -> Path:
     manifest = json.loads((artifact / "manifest.json").read_text())
     for key, value in changes.items():
         if key == "vocab_size":
-            manifest["model_config"]["vocab_size"] = value
+            manifest["runtime"]["vocab_size"] = value
         else:
             manifest[key] = value
     (copy / "manifest.json").write_text(json.dumps(manifest))

@@ -8,6 +8,7 @@ its target is refused by name."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -122,12 +123,12 @@ def test_a_head_that_cannot_draft_for_the_target_is_refused_by_name(
     target = tiny_model_dir(TARGET)
     speculative = make_eagle_llm(target, heads["random"])
     runner, head = speculative.runner, speculative.engine.speculator.draft.runner
-    architecture, config = head.manifest.architecture, head.config
+    architecture, config = head.manifest.architecture, head.spec
     eagle = SpeculativeConfig("eagle", 3, model="h")
     with pytest.raises(ValueError, match="hidden size of 32, the target 64"):
-        check_head_fits(eagle, architecture, {**config, "hidden_size": 32}, runner)
+        check_head_fits(eagle, architecture, replace(config, hidden_size=32), runner)
     with pytest.raises(ValueError, match="vocabulary of 7"):
-        check_head_fits(eagle, architecture, {**config, "vocab_size": 7}, runner)
+        check_head_fits(eagle, architecture, replace(config, vocab_size=7), runner)
     with pytest.raises(ValueError, match="was not built as an EAGLE head"):
         check_head_fits(eagle, runner.manifest.architecture, config, runner)
     with pytest.raises(ValueError, match="was not built as an MTP layer"):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -77,8 +79,8 @@ def test_a_random_head_changes_no_greedy_token(make_eagle3_llm, checkpoints) -> 
     )
     head = speculative.engine.speculator.draft.runner
     assert head.manifest.architecture == EAGLE3_HEAD_ARCHITECTURE
-    assert speculative.runner.config["aux_hidden_layers"] == [2, 3, 4]  # vLLM's default
-    assert "aux_hidden_layers" not in plain.runner.config
+    assert speculative.runner.manifest.model_config["aux_hidden_layers"] == [2, 3, 4]  # vLLM's
+    assert "aux_hidden_layers" not in plain.runner.manifest.model_config
 
 
 @pytest.mark.parametrize("preempted", [False, True])
@@ -88,7 +90,7 @@ def test_an_echo_head_over_a_repeating_target_is_always_accepted(
     speculative = echo_head_is_always_accepted(
         make_eagle3_llm, checkpoints["repeating"], checkpoints["echo"], preempted
     )
-    assert speculative.runner.config["aux_hidden_layers"] == [0, 3, 6]
+    assert speculative.runner.manifest.model_config["aux_hidden_layers"] == [0, 3, 6]
 
 
 def _reference_head_logits(
@@ -199,25 +201,32 @@ def test_a_head_that_cannot_draft_for_the_target_is_refused_by_name(
 ) -> None:
     speculative = make_eagle3_llm(checkpoints["target"], checkpoints["random"])
     runner, head = speculative.runner, speculative.engine.speculator.draft.runner
-    architecture, config = head.manifest.architecture, head.config
-    layers = "eagle_aux_hidden_state_layer_ids"
+    architecture, spec = head.manifest.architecture, head.spec
+    assert spec.draft_head is not None and runner.spec.hidden_states is not None
+
+    def layers(named: tuple[int, ...]) -> dict[str, Any]:
+        return {"draft_head": replace(spec.draft_head, target_layers=named)}
+
     refused = [  # (what the head's manifest says, built as, the refusal)
         ({"hidden_size": 32}, architecture, "hidden size of 32, the target 64"),
         ({"vocab_size": 7}, architecture, "vocabulary of 7"),
         ({}, runner.manifest.architecture, "was not built as an EAGLE-3 head"),
-        ({layers: [0, 3, 7]}, architecture, r"\[0, 3, 7\] \(the head's eagle_aux_hidden_state"),
-        ({layers: [1, 3, 5]}, architecture, r"\[1, 3, 5\]; the target was built exporting"),
+        (layers((0, 3, 7)), architecture, r"\[0, 3, 7\] \(the head's eagle_aux_hidden_state"),
+        (layers((1, 3, 5)), architecture, r"\[1, 3, 5\]; the target was built exporting"),
     ]
     for changes, built_as, message in refused:
         with pytest.raises(ValueError, match=message):
             check_head_fits(
-                SpeculativeConfig("eagle3", 3, model="h"), built_as, {**config, **changes}, runner
+                SpeculativeConfig("eagle3", 3, model="h"),
+                built_as,
+                replace(spec, **changes),
+                runner,
             )
-    final_only = {k: v for k, v in runner.config.items() if k != "aux_hidden_layers"}
+    final_only = replace(runner.spec, hidden_states=replace(runner.spec.hidden_states, layers=()))
     with pytest.raises(ValueError, match="exporting its final hidden states"):
-        check_target_layers("eagle3", "h", config, final_only)
+        check_target_layers("eagle3", "h", spec, final_only)
     with pytest.raises(ValueError, match="built for an EAGLE-3 head"):
-        check_target_layers("eagle", "h", config, runner.config)
+        check_target_layers("eagle", "h", spec, runner.spec)
     # a draft vocabulary smaller than the target's, and no d2t to map it
     no_d2t = shutil.copytree(checkpoints["random"], tmp_path / "no_d2t")
     tensors = load_file(no_d2t / "model.safetensors")

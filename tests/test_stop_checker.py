@@ -8,7 +8,7 @@ import random
 import pytest
 from detokenizer_fixtures import llama_style_bpe
 
-from vllm_tvm.runtime.engine.stop_checker import StepResult, StopChecker
+from vllm_tvm.runtime.requests.stop_checker import StepResult, StopChecker
 from vllm_tvm.runtime.tokenization.detokenizer import IncrementalDetokenizer
 
 EOS, EOT, NL = 2, 7, 9

@@ -201,7 +201,7 @@ def test_two_ranks_equal_one_rank(split_llms, tiny_model_dir) -> None:
 
 def test_cuda_ranks_without_tvms_nccl_binding_are_refused_by_name() -> None:
     from vllm_tvm.runtime.model.tensor_parallel_runner import NCCL_INIT, _start_session
-    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.tvm_runtime import load_runtime
 
     tvm = load_runtime()
     if tvm.get_global_func(NCCL_INIT, allow_missing=True) is not None:

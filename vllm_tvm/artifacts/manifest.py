@@ -2,8 +2,10 @@
 
 An artifact is a directory holding the exported library and `manifest.json`. The manifest
 records everything the runtime needs without the compiler or the model's config (the
-normalised model config, parameter table, target, dtype, exported functions) plus a sha256
-of every file, so a truncated or swapped library is refused before it is loaded.
+runtime spec, parameter table, target, dtype, exported functions; the normalised model
+config describes the library but the runtime never reads it) plus a sha256 of every file,
+so a truncated or swapped library is refused before it is loaded. A manifest of another
+schema version is refused by name: recompiling is the way forward, not reading it half.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.checkpoints.weight_formats import FLOAT
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the typed runtime spec (runtime_spec.py) replaced the runtime's reading of the model
+config."""
 MANIFEST_NAME = "manifest.json"
 LIBRARY_NAME = "model.so"
 
@@ -57,6 +62,8 @@ class Manifest:
     vllm_tvm_version: str
     functions: list[str]
     params: list[ParamEntry]
+    runtime: RuntimeSpec
+    """What the runtime needs to know of the model (runtime_spec.py)."""
     files: dict[str, str] = field(default_factory=dict)
     extensions: list[str] = field(default_factory=list)
     """Native extensions (files in the artifact) to load before the library; see kernels/."""
@@ -84,13 +91,15 @@ class Manifest:
         if version != SCHEMA_VERSION:
             raise ArtifactError(
                 f"artifact manifest schema_version {version!r} is not supported; "
-                f"this vllm-tvm reads schema_version {SCHEMA_VERSION}"
+                f"this vllm-tvm reads schema_version {SCHEMA_VERSION} only: recompile the "
+                "model (`vllm-tvm compile`, or let LLM / serve compile it on first use)"
             )
         fields = dict(data)
-        fields["params"] = [ParamEntry(**entry) for entry in data["params"]]
         try:
+            fields["params"] = [ParamEntry(**entry) for entry in data["params"]]
+            fields["runtime"] = RuntimeSpec.from_dict(data["runtime"])
             return cls(**fields)
-        except TypeError as err:
+        except (KeyError, TypeError, ValueError) as err:
             raise ArtifactError(f"malformed artifact manifest: {err}") from err
 
 

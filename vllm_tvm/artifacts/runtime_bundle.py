@@ -6,7 +6,7 @@ models never uses. This module cuts the wheel down to its Python package and run
 (about 23 MB together with apache-tvm-ffi) for a chosen Python version, so it can ship next to
 the compiled artifacts and be used with ``PYTHONPATH=<bundle>``. With ``libtvm_compiler.so``
 absent TVM starts in runtime-only mode;
-``vllm_tvm.runtime.model.tvm_runtime.load_runtime_only`` then loads the CUDA and extra
+``vllm_tvm.runtime.tvm_runtime.load_runtime_only`` then loads the CUDA and extra
 runtime libraries. The box itself still needs numpy, ml_dtypes and typing_extensions (the
 wheels' own requirements), and libcudart.so.13 for CUDA.
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from vllm_tvm.benchmarking.metrics import RequestTiming
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
-from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 WARMUP_OUTPUT_LEN = 4

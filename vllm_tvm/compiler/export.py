@@ -2,7 +2,7 @@
 manifest its artifact will carry.
 
 Why the manifest is made here: everything it says about the library (architecture, config,
-dtype, target, compile options, functions, parameter table) is known once the model is
+runtime spec, dtype, target, compile options, functions, parameter table) is known once the model is
 exported, and the library's `_metadata` is made from it (library_metadata.py), so each
 fact is written down once. The build adds the extensions the library calls, the write the
 files and the compile time.
@@ -29,6 +29,7 @@ from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER
 from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
 from vllm_tvm.compiler.request import CompileRequest
+from vllm_tvm.compiler.runtime_spec import runtime_spec_for
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS
 from vllm_tvm.compiler.speculative_variants import (
     config_for_role,
@@ -104,6 +105,7 @@ def export_model(request: CompileRequest) -> ExportedModel:
         )
         for name, param in named_params
     ]
+    functions = [*model.export_spec(), *SAMPLING_FUNCTIONS, METADATA_FUNCTION]
     manifest = Manifest(
         architecture=model_config.architecture,
         config_hash=model_config.fingerprint(),
@@ -113,8 +115,9 @@ def export_model(request: CompileRequest) -> ExportedModel:
         dtype=request.dtype,
         tvm_version=tvm.__version__,
         vllm_tvm_version=vllm_tvm.__version__,
-        functions=[*model.export_spec(), *SAMPLING_FUNCTIONS, METADATA_FUNCTION],
+        functions=functions,
         params=params,
+        runtime=runtime_spec_for(model, model_config, request.dtype, functions),
         weights_reference=str(request.model_path.resolve()),
         cuda_graph=request.cuda_graph,
         gemm=request.gemm,

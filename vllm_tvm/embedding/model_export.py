@@ -42,7 +42,7 @@ def context_limit(model_config: dict[str, Any]) -> int:
 
 def _write_params(artifact_dir: Path, model_path: Path, dest: Path) -> list[dict[str, Any]]:
     """Build every parameter as the Python runtime does and store them raw, 64-byte aligned."""
-    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.tvm_runtime import load_runtime
     from vllm_tvm.runtime.weights.loader import load_params, open_weights
 
     tvm = load_runtime()

@@ -30,7 +30,7 @@ from vllm_tvm.registry.resolve import RegistrySettings, registry_engine_args
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
-from vllm_tvm.runtime.engine.outputs import RequestOutput
+from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS
 from vllm_tvm.runtime.tokenization.chat_messages import template_messages

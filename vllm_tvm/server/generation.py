@@ -29,7 +29,7 @@ from vllm_tvm.runtime.engine.admission import (
     TooManySequencesError,
 )
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine.outputs import CompletionOutput, RequestOutput
+from vllm_tvm.runtime.requests.outputs import CompletionOutput, RequestOutput
 from vllm_tvm.runtime.sampling.dispatch import SAMPLING_FAULT
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import TokenLogprobs

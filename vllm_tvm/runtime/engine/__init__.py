@@ -1,2 +1,2 @@
 """The engine: requests in, one batched step at a time, outputs out (intake, scheduling,
-the step loop, stop rules, metrics and the async front)."""
+the step loop, metrics and the async front)."""

@@ -25,10 +25,10 @@ from typing import Any
 from vllm_tvm.runtime.engine.admission import Admission, AdmissionLimits
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, LogitsHook, PromptInput
 from vllm_tvm.runtime.engine.metrics import EngineStats
-from vllm_tvm.runtime.engine.outputs import RequestOutput
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
-from vllm_tvm.runtime.engine.sequence import OutputKind, Request
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
+from vllm_tvm.runtime.requests.outputs import RequestOutput
+from vllm_tvm.runtime.requests.sequence import OutputKind, Request
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.tokenization import Tokenizer
 

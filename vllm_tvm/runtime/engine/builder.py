@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.artifacts.manifest import Manifest, read_manifest
+from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
@@ -28,6 +29,7 @@ from vllm_tvm.runtime.kv.cache_config import (
     resolve_num_blocks,
 )
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.speculative.draft_runner import load_draft_runner
 from vllm_tvm.runtime.speculative.head_runner import load_head_runner
 from vllm_tvm.runtime.tokenization import Tokenizer, load_tokenizer
@@ -47,7 +49,7 @@ def merged_eos_ids(primary: list[int], checkpoint_ids: list[int]) -> list[int]:
 class EngineParts:
     """A loaded model and the settled configuration of an engine over it."""
 
-    runner: ModelRunner
+    runner: Runner
     tokenizer: Tokenizer | None
     eos_token_ids: list[int]
     cache_config: CacheConfig
@@ -56,29 +58,22 @@ class EngineParts:
     draft_runner: ModelRunner | None = None
 
 
-MLA_MAX_NUM_SEQS = 31
-"""Sequences per step for latent-attention (MLA) models: when 32 or more sequences of a
-decode step share cached blocks, TVM's paged KV cache merges their attention over those
-blocks into one pass that does not see the token appended in that step (wrong output), so
-such a step must never be scheduled."""
-
-
-def _cap_latent_attention_batch(args: EngineArgs) -> EngineArgs:
-    """`args` with `max_num_seqs` at most MLA_MAX_NUM_SEQS for an MLA artifact (said on
-    stderr when lowered)."""
-    config = read_manifest(Path(str(args.artifact))).model_config
-    if not config.get("kv_lora_rank") or args.max_num_seqs <= MLA_MAX_NUM_SEQS:
+def _cap_batch(args: EngineArgs, spec: RuntimeSpec) -> EngineArgs:
+    """`args` with `max_num_seqs` at most the model's cap (said on stderr when lowered)."""
+    cap = spec.max_num_seqs
+    if cap is None or args.max_num_seqs <= cap:
         return args
     print(
-        f"vllm-tvm: max_num_seqs {args.max_num_seqs} lowered to {MLA_MAX_NUM_SEQS} for this "
-        "latent-attention model (TVM's KV cache merges the decode of 32+ sequences sharing "
-        "cached blocks into a pass that misses the new token)",
+        f"vllm-tvm: max_num_seqs {args.max_num_seqs} lowered to {cap} for this model "
+        f"({spec.max_num_seqs_reason})",
         file=sys.stderr,
     )
-    return replace(args, max_num_seqs=MLA_MAX_NUM_SEQS)
+    return replace(args, max_num_seqs=cap)
 
 
-def _load_runner(args: EngineArgs, model_path: Path, params: list[Any] | None) -> ModelRunner:
+def _load_runner(
+    args: EngineArgs, manifest: Manifest, model_path: Path, params: list[Any] | None
+) -> Runner:
     """The artifact's runner: on one device, or on `tensor_parallel_size` ranks."""
     sizes = {
         "max_model_len": args.max_model_len,
@@ -86,12 +81,14 @@ def _load_runner(args: EngineArgs, model_path: Path, params: list[Any] | None) -
         "prefill_chunk_size": args.token_budget,
         "show_progress": args.show_progress,
         "max_total_seq_len": args.block_size,  # a placeholder until the pool is sized
+        "manifest": manifest,
     }
+    artifact = Path(str(args.artifact))
     if args.tensor_parallel_size == 1:
-        return ModelRunner(args.artifact, model_path, args.device, params=params, **sizes)
+        return ModelRunner(artifact, model_path, args.device, params=params, **sizes)
     if params is not None:
         raise ValueError("tensor parallelism loads the checkpoint's weights: no dummy weights")
-    shards = (read_manifest(Path(str(args.artifact))).tensor_parallel or {}).get("shards", 1)
+    shards = (manifest.tensor_parallel or {}).get("shards", 1)
     if shards != args.tensor_parallel_size:
         raise ValueError(
             f"artifact {args.artifact} is split over {shards} rank(s); "
@@ -99,14 +96,15 @@ def _load_runner(args: EngineArgs, model_path: Path, params: list[Any] | None) -
         )
     from vllm_tvm.runtime.model.tensor_parallel_runner import TensorParallelRunner
 
-    return TensorParallelRunner(args.artifact, model_path, args.device, **sizes)
+    return TensorParallelRunner(artifact, model_path, args.device, **sizes)
 
 
 def load_engine_parts(args: EngineArgs) -> EngineParts:
     """Validate `args`, load tokenizer and model, size the KV pool and fit the length."""
     if args.artifact is None:
         raise ValueError(f"no artifact for {args.model}: an engine runs a built artifact")
-    args = _cap_latent_attention_batch(args)
+    manifest = read_manifest(Path(args.artifact))
+    args = _cap_batch(args, manifest.runtime)
     scheduler_config = SchedulerConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.token_budget,
@@ -116,9 +114,9 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     check_block_size(args.block_size)
     model_path = Path(args.model)
     tokenizer = None if args.skip_tokenizer_init else load_tokenizer(model_path)
-    params = _dummy_params(args, args.artifact)
+    params = _dummy_params(args, manifest)
     checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
-    runner = _load_runner(args, model_path, params)
+    runner = _load_runner(args, manifest, model_path, params)
     num_blocks = resolve_num_blocks(
         block_size=args.block_size,
         kv_bytes_per_token=runner.kv_bytes_per_token,
@@ -128,10 +126,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
         measure=lambda: measure_device_memory(runner.device),
         default=DEFAULT_NUM_BLOCKS,
     )
-    # A prefix-cache hit forks a sequence, and TVM's paged KV cache windows each shared block
-    # on its own: a sliding layer would then see more than its window. Such models run
-    # without prefix caching.
-    prefix_caching = args.enable_prefix_caching and not runner.has_sliding_window_layers
+    prefix_caching = args.enable_prefix_caching and runner.spec.prefix_caching
     cache_config = CacheConfig(args.block_size, num_blocks, prefix_caching)
     max_model_len = fit_max_model_len(args.max_model_len, runner.max_model_len, cache_config)
     runner.resize_kv_cache(cache_config.num_tokens)
@@ -147,7 +142,7 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
             args.max_num_seqs,
             cache_config.num_tokens,
             args.show_progress,
-            _dummy_params(args, spec.draft_artifact),
+            lambda draft_manifest: _dummy_params(args, draft_manifest),
         )
     if spec is not None and spec.method in HEAD_ARCHITECTURES:
         draft_runner = load_head_runner(
@@ -171,16 +166,16 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     )
 
 
-def _dummy_params(args: EngineArgs, artifact: str | Path | None) -> list[Any] | None:
-    """Random weights of `artifact`'s shapes on the device for `load_format="dummy"`; None
-    (weights read from the checkpoint) otherwise."""
-    if args.load_format != DUMMY or artifact is None:
+def _dummy_params(args: EngineArgs, manifest: Manifest) -> list[Any] | None:
+    """Random weights of the artifact's shapes on the device for `load_format="dummy"`;
+    None (weights read from the checkpoint) otherwise."""
+    if args.load_format != DUMMY:
         return None
     # Imported here: it needs ml_dtypes, which a start loading real weights may skip.
     from vllm_tvm.runtime.weights.dummy_weights import make_dummy_params
 
     return make_dummy_params(
-        read_manifest(Path(artifact)).params,
+        manifest.params,
         args.device,
         seed=args.seed or 0,
         show_progress=args.show_progress,

@@ -17,14 +17,14 @@ import itertools
 import time
 from dataclasses import replace
 
-from vllm_tvm.runtime.engine.sequence import (
+from vllm_tvm.runtime.requests.sequence import (
     EngineSequence,
     NoTextDecoder,
     OutputKind,
     Request,
     TextDecoder,
 )
-from vllm_tvm.runtime.engine.stop_checker import StopChecker
+from vllm_tvm.runtime.requests.stop_checker import StopChecker
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import SamplingContext
 from vllm_tvm.runtime.tokenization import Tokenizer

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_tvm.runtime.engine.scheduler import ScheduledSequence
 from vllm_tvm.runtime.model.batch import ForwardBatch
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.requests.sequence import ScheduledSequence
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.sampler import prompt_logprobs
 from vllm_tvm.runtime.speculative.speculator import VerifyStep
 

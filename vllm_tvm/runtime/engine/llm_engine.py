@@ -29,20 +29,22 @@ from vllm_tvm.runtime.engine.builder import load_engine_parts
 from vllm_tvm.runtime.engine.intake import PromptInput, RequestIntake
 from vllm_tvm.runtime.engine.launched_step import LaunchedStep, record_prompt_logprobs
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
-from vllm_tvm.runtime.engine.outputs import RequestOutput
-from vllm_tvm.runtime.engine.scheduler import ScheduledSequence, Scheduler, SchedulerConfig
-from vllm_tvm.runtime.engine.sequence import (
-    FINISH_ABORT,
-    FINISH_ERROR,
-    EngineSequence,
-    OutputKind,
-    Request,
-)
+from vllm_tvm.runtime.engine.scheduler import Scheduler, SchedulerConfig
 from vllm_tvm.runtime.engine.token_appender import TokenAppender
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.model.batch import ForwardRunner, prepare_batch, run_forward
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
+from vllm_tvm.runtime.requests.outputs import RequestOutput
+from vllm_tvm.runtime.requests.sequence import (
+    FINISH_ABORT,
+    FINISH_ERROR,
+    EngineSequence,
+    OutputKind,
+    Request,
+    ScheduledSequence,
+)
 from vllm_tvm.runtime.sampling.device_sampling import device_sampling_enabled
 from vllm_tvm.runtime.sampling.dispatch import (
     LogitsHook,
@@ -67,7 +69,7 @@ class LLMEngine:
 
     def __init__(
         self,
-        runner: ModelRunner,
+        runner: Runner,
         tokenizer: Tokenizer | None,
         eos_token_ids: list[int],
         cache_config: CacheConfig,

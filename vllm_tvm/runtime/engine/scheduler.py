@@ -27,12 +27,16 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, get_args
+from typing import Literal, get_args
 
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
-from vllm_tvm.runtime.engine.sequence import EngineSequence, SequenceStatus
 from vllm_tvm.runtime.engine.step_pacer import StepPacer, paced_prompt_floor
 from vllm_tvm.runtime.kv.block_manager import BlockManager
+from vllm_tvm.runtime.requests.sequence import (
+    EngineSequence,
+    ScheduledSequence,
+    SequenceStatus,
+)
 
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
 POLICIES: tuple[str, ...] = get_args(SchedulingPolicy)
@@ -60,13 +64,6 @@ class SchedulerConfig:
             raise ValueError(
                 f"max_num_batched_tokens must be at least 1, got {self.max_num_batched_tokens}"
             )
-
-
-class ScheduledSequence(NamedTuple):
-    """`num_tokens` tokens of `seq`, from its `num_computed_tokens` on, run this step."""
-
-    seq: EngineSequence
-    num_tokens: int
 
 
 @dataclass

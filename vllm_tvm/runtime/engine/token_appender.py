@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
-from vllm_tvm.runtime.engine.sequence import EngineSequence
+from vllm_tvm.runtime.requests.sequence import EngineSequence
 from vllm_tvm.runtime.sampling.dispatch import StepSamples
 
 

@@ -36,7 +36,7 @@ from vllm_tvm.runtime.kv.kv_cache import PagedKVCache
 from vllm_tvm.runtime.kv.prefix_cache import BlockHash, PrefixCache, extend_block_hashes
 
 if TYPE_CHECKING:
-    from vllm_tvm.runtime.engine.sequence import EngineSequence
+    from vllm_tvm.runtime.requests.sequence import EngineSequence
 
 FIRST_KV_SEQUENCE_ID = 1 << 20
 """KV sequence ids start here, leaving small ids free for direct use of the cache (tools)."""

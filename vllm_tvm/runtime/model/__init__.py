@@ -1,2 +1,2 @@
-"""Model execution: the TVM runtime, the loaded artifact and its forward calls, and the
-logits it leaves on the device."""
+"""Model execution: the runner interface and its one-device and tensor-parallel
+implementations, the loaded artifact's forward calls, and a step's batch preparation."""

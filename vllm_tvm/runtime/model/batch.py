@@ -24,15 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 
 if TYPE_CHECKING:
-    from vllm_tvm.runtime.engine.scheduler import ScheduledSequence
-    from vllm_tvm.runtime.engine.sequence import EngineSequence
+    from vllm_tvm.runtime.requests.sequence import EngineSequence, ScheduledSequence
 
 
 class ForwardRunner(Protocol):
-    """The two forwards of `ModelRunner` a batch runs on."""
+    """The two forwards of a runner (runner_interface.py) a batch runs on."""
 
     def prefill_logits(
         self,

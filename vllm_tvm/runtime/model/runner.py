@@ -1,35 +1,39 @@
-"""Runs a compiled artifact: weights on the device, the KV cache, and one forward call.
+"""Runs a compiled artifact on one device: weights on the device, the KV cache, and one
+forward call.
 
-The runner knows the compiled contract (embed / prefill / decode / create_kv_cache, and the
-device sampling functions argmax / sample) and nothing about requests or sampling policy:
-callers hand it sequence ids and token ids and get fp32 logits back, as numpy arrays
-(`prefill` / `decode`) or left on the device (`prefill_logits` / `decode_logits`, see
-device_logits.py).
+The runner knows the compiled contract (embed / prefill / extend / decode / decode_single /
+create_kv_cache, the `*_hidden` twins, and the device sampling functions argmax / sample)
+and nothing about requests or sampling policy: callers hand it sequence ids and token ids
+and get fp32 logits back, as numpy arrays (`prefill` / `decode`) or left on the device
+(`prefill_logits` / `decode_logits`, see sampling/device_logits.py). Every ragged batch,
+with or without hidden states, goes through `run_ragged`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
+from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
 from vllm_tvm.kernels import load_artifact_extensions
-from vllm_tvm.runtime.devices import DEVICES, target_kind_for
-from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.devices import DEVICES
+from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, PagedKVCache
+from vllm_tvm.runtime.model.artifact_fit import check_runs_on
 from vllm_tvm.runtime.model.cpu_threads import (
     configure_cpu_pool,
     plan_cpu_threads,
     prepare_cpu_pool,
 )
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.model.runner_interface import Runner
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import load_params, open_weights, to_dtype
 
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DECODE = "decode"
 
 
 def _tvm_device(device: str) -> Any:
@@ -42,7 +46,7 @@ def _tvm_device(device: str) -> Any:
     raise ValueError(f"unsupported device '{device}'; supported: " + ", ".join(DEVICES))
 
 
-class ModelRunner:
+class ModelRunner(Runner):
     """A loaded model: library, parameters and KV cache on one device."""
 
     def __init__(
@@ -57,31 +61,31 @@ class ModelRunner:
         show_progress: bool = True,
         max_total_seq_len: int | None = None,
         params: list[Any] | None = None,
+        manifest: Manifest | None = None,
     ) -> None:
         """`max_model_len` None means the model's own limit; a larger value is refused.
 
         `max_total_seq_len` is the KV pool in tokens (None: `max_model_len * max_batch_size`).
         `params` are parameters already on the device in manifest order (e.g. handed over
         through DLPack by a benchmark that made them with torch); then `model_path` is unused.
+        `manifest` is the artifact's, already read and verified by the caller (None: read
+        here), so an engine start hashes the artifact once.
         On the CPU, TVM's worker pool is sized and pinned first (see cpu_threads.py).
         """
-        from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+        from vllm_tvm.runtime.tvm_runtime import load_runtime
 
         cpu_plan = plan_cpu_threads() if device == "cpu" else None
         if cpu_plan is not None:
             prepare_cpu_pool(cpu_plan)
         tvm = load_runtime(require_cuda=device == "cuda")
-        artifact_dir = Path(artifact_dir)
-        self.manifest: Manifest = read_manifest(artifact_dir)
-        if self.manifest.target_kind != target_kind_for(device):
-            raise ArtifactError(
-                f"artifact {artifact_dir} was built for target '{self.manifest.target}', "
-                f"which cannot run on device '{device}'"
-            )
+        self.artifact_dir = Path(artifact_dir)
+        self.manifest = manifest or read_manifest(self.artifact_dir)
+        check_runs_on(self.manifest, self.artifact_dir, device)
+        self.spec = self.manifest.runtime
         self.device = _tvm_device(device)
         self.cpu_threads = configure_cpu_pool(tvm, cpu_plan) if cpu_plan is not None else None
-        load_artifact_extensions(artifact_dir, self.manifest.extensions, self.device)
-        library = tvm.runtime.load_module(str(artifact_dir / LIBRARY_NAME))
+        load_artifact_extensions(self.artifact_dir, self.manifest.extensions, self.device)
+        library = tvm.runtime.load_module(str(self.artifact_dir / LIBRARY_NAME))
         self.vm = tvm.runtime.vm.VirtualMachine(library, self.device)
         if params is not None and len(params) != len(self.manifest.params):
             raise ValueError(
@@ -93,91 +97,30 @@ class ModelRunner:
             self.device,
             show_progress,
         )
-        self._size_kv_cache(max_model_len, max_batch_size, prefill_chunk_size, page_size)
-        if max_total_seq_len is not None:
-            self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
-        self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
-        self._embed = self.vm["embed"]
-        self._prefill = self.vm["prefill"]
-        self._decode = self.vm["decode"]
-        # Latent-attention models: a prefill over sequences with cached tokens is `extend`.
-        self._extend = self.vm["extend"] if "extend" in self.manifest.functions else None
-        # Artifacts from before `decode_single` existed run batch 1 through `decode`.
-        self._decode_single = (
-            self.vm["decode_single"] if "decode_single" in self.manifest.functions else self._decode
+        self._settle_sizes(
+            max_model_len, max_batch_size, prefill_chunk_size, page_size, max_total_seq_len
         )
-        # Artifacts from before the device sampling functions reduce logits on the host.
-        self._argmax = self.vm["argmax"] if "argmax" in self.manifest.functions else None
-        self._sample = self.vm["sample"] if "sample" in self.manifest.functions else None
+        self.kv_cache = self._new_kv_cache()
+        self._embed = self.vm["embed"]
+        self._functions: dict[str, Any] = {}
+        self._argmax = self.vm["argmax"] if self.spec.device_sampling else None
+        self._sample = self.vm["sample"] if self.spec.device_sampling else None
         self._tvm = tvm
         # Device copies of the current forward's host inputs (see `forward_input`).
         self._held_inputs: list[Any] = []
 
-    def _size_kv_cache(
-        self,
-        max_model_len: int | None,
-        max_batch_size: int,
-        prefill_chunk_size: int,
-        page_size: int,
-    ) -> None:
-        """Set `config`, `vocab_size`, `hidden_size`, `max_model_len` and the KV cache's
-        `kv_config` (pool: `max_model_len * max_batch_size` tokens) from the manifest."""
-        self.config = self.manifest.model_config
-        self.vocab_size = int(self.config["vocab_size"])
-        self.hidden_size = int(self.config["hidden_size"])
-        limit = int(self.config["max_position_embeddings"])
-        window = self.config.get("sliding_window")
-        if window and "layer_types" not in self.config:
-            # Artifacts from before per-layer windows attend to everything: capped.
-            limit = min(limit, int(window))
-        if max_model_len is not None and max_model_len > limit:
-            raise ValueError(
-                f"max_model_len {max_model_len} exceeds the model's context limit {limit}"
-                + _limit_reason(self.config)
-            )
-        self.max_model_len = max_model_len or limit
-        # A sliding layer windows the cached past but not the chunk being appended (TVM's
-        # paged KV cache), so no chunk may be longer than the window. Otherwise a chunk holds
-        # pieces of several prompts and may exceed max_model_len (vLLM's 16k budget at 8k).
-        self.kv_config = KVCacheConfig(
-            max_batch_size=max_batch_size,
-            max_total_seq_len=self.max_model_len * max_batch_size,
-            prefill_chunk_size=min(prefill_chunk_size, window or limit),
-            page_size=page_size,
-        )
+    def _new_kv_cache(self) -> PagedKVCache:
+        return PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
 
-    @property
-    def has_sliding_window_layers(self) -> bool:
-        """Whether some layer attends to the last `sliding_window` tokens only."""
-        return bool(self.config.get("sliding_window") and self.config.get("layer_types"))
+    def _function(self, name: str) -> Any:
+        """The compiled function `name`, looked up once."""
+        if name not in self._functions:
+            self._functions[name] = self.vm[name]
+        return self._functions[name]
 
     @property
     def can_sample_on_device(self) -> bool:
-        """Whether the artifact has the compiled `argmax` and `sample` functions."""
         return self._argmax is not None and self._sample is not None
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Device bytes one token's keys and values take over all layers (on each device)."""
-        config = self.config
-        if config.get("kv_lora_rank"):  # latent attention: one latent + rope key per token
-            width = int(config["kv_lora_rank"]) + int(config["qk_rope_head_dim"])
-            return int(config["num_hidden_layers"]) * width * _DTYPE_BYTES[self.manifest.dtype]
-        head_dim = int(config.get("head_dim") or self.hidden_size // config["num_attention_heads"])
-        layers = int(config.get("kv_cache_layers") or config["num_hidden_layers"])
-        # A tensor-parallel rank caches its share of the KV heads (one when they are fewer).
-        shards = int(config.get("tensor_parallel_shards", 1))
-        kv_heads = max(1, int(config["num_key_value_heads"]) // shards)
-        return 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[self.manifest.dtype]
-
-    def resize_kv_cache(self, max_total_seq_len: int) -> None:
-        """Replace the KV cache by an empty one holding `max_total_seq_len` tokens.
-
-        Every sequence of the old cache is dropped. Used to size the pool after the weights
-        are on the device (so free device memory can be measured).
-        """
-        self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
-        self.kv_cache = PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
 
     def embed_tokens(self, token_ids: Sequence[int]) -> Any:
         """The embeddings [n, hidden] of `token_ids`, on the device. Every forward starts
@@ -210,86 +153,39 @@ class ModelRunner:
             logits._create_view((rows, int(logits.shape[-1]))),
             self._argmax,
             self._sample,
-            lambda array: self._tvm.runtime.tensor(array, self.device),
+            self.to_device,
         )
-
-    def _prefill_plan(
-        self, chunks: Sequence[Sequence[int]], logit_positions: Sequence[int] | None
-    ) -> tuple[list[int], np.ndarray, list[int]]:
-        """(chunk lengths, int32 logit positions, the chunks' tokens concatenated) of one
-        prefill call; ValueError when the tokens exceed the cache's prefill chunk size."""
-        lengths = [len(chunk) for chunk in chunks]
-        total = sum(lengths)
-        if total > self.kv_config.prefill_chunk_size:
-            raise ValueError(
-                f"prefill of {total} tokens exceeds prefill_chunk_size "
-                f"{self.kv_config.prefill_chunk_size}"
-            )
-        if logit_positions is None:
-            positions = np.cumsum(lengths, dtype=np.int32) - 1
-        else:
-            positions = np.asarray(logit_positions, dtype=np.int32)
-        return lengths, positions, [token for chunk in chunks for token in chunk]
 
     def _ragged_mode(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> str:
         """The compiled forward a ragged batch runs: a latent-attention model's cache appends
         one-token steps before attention, so only `decode` reads those right, and a prefill
         over sequences with cached tokens is its `extend`; every other model `prefill`."""
-        if self._extend is None:
+        if self.spec.ragged_dispatch != RAGGED_LATENT:
             return "prefill"
         if all(length == 1 for length in lengths):
-            return "decode"
+            return DECODE
         if any(self.kv_cache.sequence_length(seq_id) for seq_id in seq_ids):
             return "extend"
         return "prefill"
-
-    def prefill_logits(
-        self,
-        seq_ids: Sequence[int],
-        chunks: Sequence[Sequence[int]],
-        logit_positions: Sequence[int] | None = None,
-    ) -> DeviceLogits:
-        """Append each chunk to its sequence in one ragged forward; the fp32 logits rows
-        [len(logit_positions), vocab], left on the device.
-
-        `logit_positions` index the concatenated chunk tokens (default: each chunk's last
-        token, one row per chunk). The total length must fit the cache's prefill chunk size;
-        the scheduler splits longer work into several calls.
-        """
-        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
-        mode = self._ragged_mode(seq_ids, lengths)
-        if mode == "decode":
-            rows = self.decode_logits(seq_ids, flat)
-            if np.array_equal(positions, np.arange(len(lengths))):
-                return rows
-            return self._device_logits(self.to_device(rows.numpy()[positions]), len(positions))
-        forward = self._extend if mode == "extend" else self._prefill
-        hidden = self.embed_tokens(flat)._create_view((1, len(flat), self.hidden_size))
-        self.kv_cache.begin_forward(seq_ids, lengths)
-        logits, _ = forward(
-            hidden, self.forward_input(positions), self.kv_cache.handle, self.params
-        )
-        self.kv_cache.end_forward()
-        return self._device_logits(logits, len(positions))
 
     def run_ragged(
         self,
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
-        logit_positions: Sequence[int] | None,
+        logit_positions: Sequence[int] | None = None,
         suffix: str = "",
         input_hidden: np.ndarray | None = None,
         zeroed_rows: Sequence[int] = (),
-    ) -> tuple[DeviceLogits, np.ndarray, np.ndarray]:
-        """One ragged forward through the compiled `{mode}{suffix}` that returns hidden
-        states next to the logits; `input_hidden` [tokens, hidden] goes in after the
-        embeddings (their rows `zeroed_rows` zeroed) when the function takes it. The logits
-        rows at the positions, every hidden row the function returned [rows, width] (at the
-        positions, or of every token; as wide as the function made them), and the int32
-        positions."""
-        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
+    ) -> tuple[DeviceLogits, np.ndarray | None, np.ndarray]:
+        """One ragged forward through the compiled `{mode}{suffix}` (`_ragged_mode`);
+        `input_hidden` [tokens, hidden] goes in after the embeddings (their rows
+        `zeroed_rows` zeroed) when the function takes it (a head's). The logits rows at the
+        positions (default: each chunk's last token), on the device; the hidden rows the
+        function returned [rows, width] (at the positions, or of every token; as wide as
+        the function made them), None when it returns none; the int32 positions."""
+        lengths, positions, flat = self._ragged_plan(chunks, logit_positions)
         mode = self._ragged_mode(seq_ids, lengths)
-        rows_shape = (len(flat), 1) if mode == "decode" else (1, len(flat))
+        rows_shape = (len(flat), 1) if mode == DECODE else (1, len(flat))
         embeddings = self.embed_tokens(flat)
         if zeroed_rows:
             host = embeddings.numpy()
@@ -299,16 +195,29 @@ class ModelRunner:
         if input_hidden is not None:
             typed = np.ascontiguousarray(to_dtype(input_hidden, self.manifest.dtype))
             inputs.append(self.forward_input(typed.reshape(*rows_shape, -1)))
-        if mode != "decode":
+        if mode != DECODE:
             inputs.append(self.forward_input(positions))
+        name = mode + suffix
+        if name == DECODE and len(flat) == 1 and input_hidden is None and self.spec.decode_single:
+            name = "decode_single"
         self.kv_cache.begin_forward(seq_ids, lengths)
-        logits, hidden, _ = self.vm[mode + suffix](*inputs, self.kv_cache.handle, self.params)
+        outputs = list(self._function(name)(*inputs, self.kv_cache.handle, self.params))
         self.kv_cache.end_forward()
-        if mode == "decode":
+        logits = outputs[0]
+        if mode == DECODE and not np.array_equal(positions, np.arange(len(flat))):
             logits = self.to_device(logits.numpy().reshape(len(flat), -1)[positions])
-        rows = self._device_logits(logits, len(positions))
-        out = hidden.numpy()
-        return rows, out.reshape(-1, out.shape[-1]), positions
+        hidden = outputs[1].numpy() if len(outputs) == 3 else None
+        if hidden is not None:
+            hidden = hidden.reshape(-1, hidden.shape[-1])
+        return self._device_logits(logits, len(positions)), hidden, positions
+
+    def prefill_logits(
+        self,
+        seq_ids: Sequence[int],
+        chunks: Sequence[Sequence[int]],
+        logit_positions: Sequence[int] | None = None,
+    ) -> DeviceLogits:
+        return self.run_ragged(seq_ids, chunks, logit_positions)[0]
 
     def prefill_with_hidden(
         self,
@@ -319,49 +228,22 @@ class ModelRunner:
         """`prefill_logits` through the artifact's hidden-states functions, and the hidden
         states of every token of the chunks on the host: the final-norm ones [total, hidden]
         or, for a target built for an EAGLE-3 head, its aux layers' inputs [total, 3 * hidden]."""
-        if HIDDEN_STATES_FUNCTION not in self.manifest.functions:
+        if self.spec.hidden_states is None:
             raise ArtifactError(
                 f"the artifact has no {HIDDEN_STATES_FUNCTION!r}: build it for drafting from "
                 "hidden states (EAGLE, MTP)"
             )
         logits, hidden, _ = self.run_ragged(seq_ids, chunks, logit_positions, HIDDEN_SUFFIX)
+        assert hidden is not None  # every `*_hidden` function returns hidden states
         return logits, hidden
 
     def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
-        """One new token per sequence; the logits [batch, vocab] after it, on the device."""
         batch = len(seq_ids)
         hidden = self.embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, [1] * batch)
-        forward = self._decode_single if batch == 1 else self._decode
-        logits, _ = forward(hidden, self.kv_cache.handle, self.params)
+        single = batch == 1 and self.spec.decode_single
+        logits, _ = self._function("decode_single" if single else DECODE)(
+            hidden, self.kv_cache.handle, self.params
+        )
         self.kv_cache.end_forward()
         return self._device_logits(logits, batch)
-
-    def prefill(
-        self,
-        seq_ids: Sequence[int],
-        chunks: Sequence[Sequence[int]],
-        logit_positions: Sequence[int] | None = None,
-    ) -> np.ndarray:
-        """`prefill_logits`, copied to the host as a numpy array."""
-        return self.prefill_logits(seq_ids, chunks, logit_positions).numpy()
-
-    def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> np.ndarray:
-        """`decode_logits`, copied to the host as a numpy array [batch, vocab]."""
-        return self.decode_logits(seq_ids, token_ids).numpy()
-
-
-def _limit_reason(config: dict[str, Any]) -> str:
-    """Why a longrope model compiled with its short factors has its original length as its
-    limit (model_defs/rope_scaling.py: compiled with the long factors, it has the full one)."""
-    if config.get("rope_type") != "longrope":
-        return ""
-    original = int(config["rope_scaling"]["original_max_position_embeddings"])
-    if int(config["max_position_embeddings"]) > original:
-        return ""
-    return (
-        " (longrope: past original_max_position_embeddings transformers rotates with the "
-        "long factors, which the paged cache cannot apply to keys already rotated with the "
-        "short ones; an artifact compiled for a longer max_model_len runs the long factors "
-        "at every position)"
-    )

@@ -4,8 +4,8 @@ Why a separate runner: every rank runs the same compiled functions on its own sl
 weights and its own KV heads, and the ranks meet in the all-reduces the model calls
 (model_defs/tensor_parallel.py). The session's workers are the ranks; this runner, on the
 controller thread, broadcasts each call to all of them and reads the logits of rank 0
-(every rank computes the same ones), so the engine above sees the runner interface of
-runner.py unchanged and samples as with one device.
+(every rank computes the same ones), so the engine above sees the runner interface
+of runner_interface.py unchanged and samples as with one device.
 
 Ranks are the threads of a `ThreadedSession`: on the CPU they exchange tensors through the
 CPU stand-in for NCCL (cpu_ccl.py); on CUDA through NCCL, which needs TVM's NCCL binding
@@ -15,19 +15,18 @@ CPU stand-in for NCCL (cpu_ccl.py); on CUDA through NCCL, which needs TVM's NCCL
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, read_manifest
+from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
 from vllm_tvm.checkpoints.shard_slices import rank_reader
-from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, PagedKVCache
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
-from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.artifact_fit import check_runs_on
+from vllm_tvm.runtime.model.runner_interface import Runner
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import assemble_param, open_weights
 
 NCCL_INIT = "runtime.disco.nccl.init_ccl"
@@ -53,9 +52,9 @@ def _start_session(tvm: Any, device: str, shards: int) -> Any:
     return session
 
 
-class TensorParallelRunner(ModelRunner):
-    """A tensor-parallel artifact loaded on `shards` ranks (the runner interface of
-    `ModelRunner`; logits come from rank 0 and are sampled on the host)."""
+class TensorParallelRunner(Runner):
+    """A tensor-parallel artifact loaded on `shards` ranks (logits come from rank 0 and are
+    sampled on the host)."""
 
     def __init__(
         self,
@@ -68,20 +67,18 @@ class TensorParallelRunner(ModelRunner):
         page_size: int = COMPILED_PAGE_SIZE,
         show_progress: bool = True,
         max_total_seq_len: int | None = None,
+        manifest: Manifest | None = None,
     ) -> None:
-        from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+        from vllm_tvm.runtime.tvm_runtime import load_runtime
 
         tvm = load_runtime(require_cuda=device == "cuda")
         artifact_dir = Path(artifact_dir)
-        self.manifest = read_manifest(artifact_dir)
+        self.manifest = manifest or read_manifest(artifact_dir)
         plan = self.manifest.tensor_parallel
         if plan is None:
             raise ArtifactError(f"artifact {artifact_dir} was not compiled tensor-parallel")
-        if self.manifest.target_kind != target_kind_for(device):
-            raise ArtifactError(
-                f"artifact {artifact_dir} was built for target '{self.manifest.target}', "
-                f"which cannot run on device '{device}'"
-            )
+        check_runs_on(self.manifest, artifact_dir, device)
+        self.spec = self.manifest.runtime
         self.shards = int(plan["shards"])
         self._tvm = tvm
         self.device = tvm.cpu(0) if device == "cpu" else tvm.cuda(0)
@@ -89,18 +86,15 @@ class TensorParallelRunner(ModelRunner):
         worker_device = tvm.cpu(0) if device == "cpu" else None  # None: each worker's GPU
         module = self.session.load_vm_module(str(artifact_dir / LIBRARY_NAME), worker_device)
         self.params = self._load_rank_params(plan, model_path, show_progress)
-        self._size_kv_cache(max_model_len, max_batch_size, prefill_chunk_size, page_size)
-        if max_total_seq_len is not None:
-            self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
+        self._settle_sizes(
+            max_model_len, max_batch_size, prefill_chunk_size, page_size, max_total_seq_len
+        )
         self._create_kv_cache = module["create_kv_cache"]
         self.kv_cache = self._new_kv_cache()
         self._embed = module["embed"]
         self._prefill = module["prefill"]
         self._decode = module["decode"]
         self._decode_single = module["decode_single"]
-        self._argmax = None
-        self._sample = None
-        self._extend = None
         self._reshape = self.session.get_global_func("vm.builtin.reshape")
         self._first = self.session.get_global_func("vm.builtin.tuple_getitem")
 
@@ -123,12 +117,12 @@ class TensorParallelRunner(ModelRunner):
         return lambda *args: function(*args).debug_get_from_remote(0)
 
     def _new_kv_cache(self) -> PagedKVCache:
+        """An empty KV cache on every rank."""
         return PagedKVCache(self._create_kv_cache, self.kv_config, self._builtin)
 
-    def resize_kv_cache(self, max_total_seq_len: int) -> None:
-        """Replace every rank's KV cache by an empty one holding `max_total_seq_len` tokens."""
-        self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
-        self.kv_cache = self._new_kv_cache()
+    @property
+    def can_sample_on_device(self) -> bool:
+        return False  # rank 0's logits are copied to the host
 
     def _on_ranks(self, array: np.ndarray) -> Any:
         """`array` copied to every rank."""
@@ -153,8 +147,8 @@ class TensorParallelRunner(ModelRunner):
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
     ) -> DeviceLogits:
-        """As `ModelRunner.prefill_logits`, on every rank."""
-        lengths, positions, flat = self._prefill_plan(chunks, logit_positions)
+        """Every ragged batch runs `prefill`, on every rank."""
+        lengths, positions, flat = self._ragged_plan(chunks, logit_positions)
         hidden = self._embedded(flat, (1, len(flat), self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, lengths)
         outputs = self._prefill(
@@ -164,7 +158,7 @@ class TensorParallelRunner(ModelRunner):
         return self._rank0_logits(outputs, len(positions))
 
     def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
-        """As `ModelRunner.decode_logits`, on every rank."""
+        """`decode` (`decode_single` for one sequence), on every rank."""
         batch = len(seq_ids)
         hidden = self._embedded(token_ids, (batch, 1, self.hidden_size))
         self.kv_cache.begin_forward(seq_ids, [1] * batch)

@@ -1,1 +1,2 @@
-"""Sampling: the request's parameters, the host sampler and the compiled device sampler."""
+"""Sampling: the request's parameters, the host sampler, logits left on the device and the
+compiled device sampler."""

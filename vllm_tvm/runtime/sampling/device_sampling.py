@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.sampler import Sampler, SamplingContext
 
 DEVICE_SAMPLING_ENV = "VLLM_TVM_DEVICE_SAMPLING"

@@ -22,23 +22,33 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.device_sampling import needs_host_row, sample_rows
+from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import Sampler, SamplingContext, TokenLogprobs
-
-if TYPE_CHECKING:
-    from vllm_tvm.runtime.engine.sequence import EngineSequence
 
 logger = logging.getLogger(__name__)
 
 SAMPLING_FAULT = "sampling failed"
 """How the error of a row that failed for a reason other than its own parameters begins."""
 
-LogitsHook = Callable[[list["EngineSequence"], np.ndarray], None]
+
+class SampledSequence(Protocol):
+    """What sampling reads of a sequence (requests/sequence.py's EngineSequence, which sits
+    above this room: its requests carry sampling parameters and state)."""
+
+    @property
+    def params(self) -> SamplingParams: ...
+
+    @property
+    def sampling(self) -> SamplingContext: ...
+
+
+LogitsHook = Callable[[list[SampledSequence], np.ndarray], None]
 """hook(sequences, logits): masks the host rows of `sequences` in place."""
 
 
@@ -62,7 +72,7 @@ class SamplingDispatch:
         self.logits_hooks: list[LogitsHook] = []
 
     def sample(
-        self, logits: DeviceLogits, seqs: Sequence[EngineSequence], rows: Sequence[int]
+        self, logits: DeviceLogits, seqs: Sequence[SampledSequence], rows: Sequence[int]
     ) -> StepSamples:
         """The next token of `seqs[i]` from row `rows[i]` of `logits`."""
         device, host = self._split(seqs, logits.can_sample)
@@ -87,7 +97,7 @@ class SamplingDispatch:
         return StepSamples(token_ids, logprobs, errors)
 
     def _split(
-        self, seqs: Sequence[EngineSequence], can_sample: bool
+        self, seqs: Sequence[SampledSequence], can_sample: bool
     ) -> tuple[list[int], list[int]]:
         """Indices of the rows sampled on the device, and of those sampled on the host."""
         if not self.device_sampling:
@@ -104,13 +114,13 @@ class SamplingDispatch:
             (device if on_device else host).append(index)
         return device, host
 
-    def may_mask(self, seq: EngineSequence) -> bool:
+    def may_mask(self, seq: SampledSequence) -> bool:
         """Whether a logits hook may change `seq`'s row (structured output, for one)."""
         hooks = self.logits_hooks
         return bool(hooks) and _hook_may_mask(hooks, seq)
 
     def _sample_on_device(
-        self, logits: DeviceLogits, seqs: Sequence[EngineSequence], rows: Sequence[int]
+        self, logits: DeviceLogits, seqs: Sequence[SampledSequence], rows: Sequence[int]
     ) -> StepSamples:
         """The tokens of `rows` drawn on the device, one call for all of them (one call per
         row when that call raises, so that only the failing rows fail)."""
@@ -132,7 +142,7 @@ class SamplingDispatch:
                 token_ids.append(None)
         return StepSamples(token_ids, no_logprobs, errors)
 
-    def _sample_on_host(self, values: np.ndarray, seqs: list[EngineSequence]) -> StepSamples:
+    def _sample_on_host(self, values: np.ndarray, seqs: list[SampledSequence]) -> StepSamples:
         """The tokens of the host rows `values` (row i: `seqs[i]`), after the logits hooks;
         a row that cannot be sampled gets its error instead."""
         for hook in self.logits_hooks:
@@ -177,7 +187,7 @@ def failure_message(err: Exception) -> str:
     return str(err) if isinstance(err, ValueError) else sampling_fault(err)
 
 
-def _hook_may_mask(hooks: list[LogitsHook], seq: EngineSequence) -> bool:
+def _hook_may_mask(hooks: list[LogitsHook], seq: SampledSequence) -> bool:
     """Whether a logits hook may change `seq`'s row: a hook with `constrains(seq)` says so
     itself, any other one may mask any row."""
     for hook in hooks:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 if TYPE_CHECKING:
-    from vllm_tvm.runtime.engine.sequence import EngineSequence
+    from vllm_tvm.runtime.requests.sequence import EngineSequence
 
 FIRST_PAUSE_STEPS = 4
 """The pause, in the sequence's decode steps, after a first wholly rejected draft."""

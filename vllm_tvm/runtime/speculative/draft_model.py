@@ -34,7 +34,7 @@ from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.sampler import Sampler, inverse_cdf
 
 if TYPE_CHECKING:
-    from vllm_tvm.runtime.engine.sequence import EngineSequence
+    from vllm_tvm.runtime.requests.sequence import EngineSequence
 
 
 class DraftProposal(NamedTuple):

@@ -10,28 +10,31 @@ plus room for every sequence's drafts, so drafting rarely has to drop a draft KV
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm_tvm.artifacts.manifest import read_manifest
+from vllm_tvm.artifacts.manifest import Manifest, read_manifest
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.tokenization import load_tokenizer
 
 
 def load_draft_runner(
     config: SpeculativeConfig,
-    target: ModelRunner,
+    target: Runner,
     target_model: Path,
     device: str,
     max_num_seqs: int,
     pool_tokens: int,
     show_progress: bool,
-    params: list[Any] | None = None,
+    dummy_params: Callable[[Manifest], list[Any] | None] = lambda manifest: None,
 ) -> ModelRunner:
     """The draft model of `config` (its artifact resolved) on `device`, with a KV
-    cache of `pool_tokens` plus the drafts of `max_num_seqs` sequences; `params`: its
-    weights already on the device (dummy weights), else read from its checkpoint."""
+    cache of `pool_tokens` plus the drafts of `max_num_seqs` sequences; `dummy_params`:
+    its weights already on the device for its manifest (dummy weights), or None to read
+    them from its checkpoint."""
     if config.draft_artifact is None:
         raise ValueError(
             f"the draft model {config.model!r} has no artifact: an engine runs built artifacts "
@@ -39,7 +42,7 @@ def load_draft_runner(
         )
     draft_manifest = read_manifest(Path(config.draft_artifact))
     check_built_like_target(draft_manifest, target, f"the draft model {config.model!r}", "draft")
-    draft_vocab = int(draft_manifest.model_config["vocab_size"])
+    draft_vocab = draft_manifest.runtime.vocab_size
     if draft_vocab != target.vocab_size:
         raise ValueError(
             f"the draft model {config.model!r} has a vocabulary of {draft_vocab} tokens, the "
@@ -52,12 +55,13 @@ def load_draft_runner(
         config.model,
         device=device,
         show_progress=show_progress,
-        params=params,
+        params=dummy_params(draft_manifest),
+        manifest=draft_manifest,
         **proposer_cache_sizes(config, target, max_num_seqs, pool_tokens),
     )
 
 
-def check_built_like_target(manifest: Any, target: ModelRunner, what: str, noun: str) -> None:
+def check_built_like_target(manifest: Manifest, target: Runner, what: str, noun: str) -> None:
     """Refuse a proposer (`what`, e.g. "the draft model 'x'") built for another target or
     dtype than the target's artifact."""
     for name in ("target", "dtype"):
@@ -70,7 +74,7 @@ def check_built_like_target(manifest: Any, target: ModelRunner, what: str, noun:
 
 
 def proposer_cache_sizes(
-    config: SpeculativeConfig, target: ModelRunner, max_num_seqs: int, pool_tokens: int
+    config: SpeculativeConfig, target: Runner, max_num_seqs: int, pool_tokens: int
 ) -> dict[str, int]:
     """A proposer's KV cache: the target's pool plus room for each sequence's drafts (and a
     page either side of them), the target's prefill chunk, `max_num_seqs` sequences."""

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import ParamEntry
+from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.checkpoints.eagle3_config import (
+    EAGLE3_AUX_LAYERS_KEY,
     EAGLE3_D2T,
     EAGLE3_LAYER_ALIAS,
     EAGLE3_LAYER_PREFIX,
@@ -33,15 +34,13 @@ from vllm_tvm.checkpoints.eagle3_config import (
 )
 from vllm_tvm.runtime.weights.loader import WeightSource
 
-AUX_LAYERS = "aux_hidden_layers"
-"""The key of a target artifact's config naming the layers whose inputs it exports."""
-
 
 def check_target_layers(
-    method: str, model: str | None, head_config: dict[str, Any], target_config: dict[str, Any]
+    method: str, model: str | None, head: RuntimeSpec, target: RuntimeSpec
 ) -> None:
-    """Refuse a head of `method` whose target does not export the hidden states it reads."""
-    built = list(target_config.get(AUX_LAYERS) or [])
+    """Refuse a head of `method` (its runtime spec `head`) whose target does not export the
+    hidden states it reads."""
+    built = list(target.hidden_states.layers) if target.hidden_states is not None else []
     if method != "eagle3":
         if built:
             raise ValueError(
@@ -50,7 +49,8 @@ def check_target_layers(
                 "for it"
             )
         return
-    wanted = list(eagle3_aux_layers(head_config, int(target_config["num_hidden_layers"])))
+    named = list(head.draft_head.target_layers) if head.draft_head is not None else []
+    wanted = list(eagle3_aux_layers({EAGLE3_AUX_LAYERS_KEY: named}, target.num_layers))
     if built != wanted:
         exported = f"the inputs of layers {built}" if built else "its final hidden states"
         raise ValueError(
@@ -59,9 +59,9 @@ def check_target_layers(
         )
 
 
-def exported_hidden_width(target_config: dict[str, Any], hidden_size: int) -> int:
+def exported_hidden_width(target: RuntimeSpec) -> int:
     """Columns of the hidden states the target's hidden-states prefill returns per token."""
-    return hidden_size * max(1, len(target_config.get(AUX_LAYERS) or ()))
+    return target.hidden_states.width if target.hidden_states is not None else target.hidden_size
 
 
 def draft_to_target(

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from vllm_tvm.runtime.engine.sequence import EngineSequence
+from vllm_tvm.runtime.requests.sequence import EngineSequence
 from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.draft_model import CatchUpChunk, DraftModelProposer
 from vllm_tvm.runtime.speculative.head_runner import HeadRunner

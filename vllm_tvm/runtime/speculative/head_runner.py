@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import ParamEntry, read_manifest
-from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES, HIDDEN_STATES_FUNCTION
+from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
+from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.checkpoints.weight_formats import FLOAT
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_runner import check_built_like_target, proposer_cache_sizes
 from vllm_tvm.runtime.speculative.eagle3_head import (
@@ -95,7 +97,7 @@ class HeadRunner(ModelRunner):
 
 def load_head_runner(
     config: SpeculativeConfig,
-    target: ModelRunner,
+    target: Runner,
     device: str,
     max_num_seqs: int,
     pool_tokens: int,
@@ -110,13 +112,13 @@ def load_head_runner(
             "(LLM and the command line compile the head for its target)"
         )
     manifest = read_manifest(Path(config.draft_artifact))
-    check_head_fits(config, manifest.architecture, manifest.model_config, target)
+    check_head_fits(config, manifest.architecture, manifest.runtime, target)
     check_built_like_target(manifest, target, f"the {config.method} head {config.model!r}", "head")
     model = Path(config.model)
     weights = open_weights(model)
     targets = None
-    if config.method == "eagle3":
-        draft_vocab = int(manifest.model_config["draft_vocab_size"])
+    if config.method == "eagle3" and manifest.runtime.draft_head is not None:
+        draft_vocab = manifest.runtime.draft_head.draft_vocab_size
         targets = draft_to_target(weights, model, draft_vocab, target.vocab_size)
     runner = HeadRunner(
         config.draft_artifact,
@@ -124,6 +126,7 @@ def load_head_runner(
         device=device,
         show_progress=show_progress,
         params=_head_params(manifest.params, weights, model, target, show_progress),
+        manifest=manifest,
         **proposer_cache_sizes(config, target, max_num_seqs, pool_tokens),
     )
     runner.draft_to_target = targets
@@ -131,24 +134,24 @@ def load_head_runner(
 
 
 def check_head_fits(
-    config: SpeculativeConfig, architecture: str, head_config: dict[str, Any], target: ModelRunner
+    config: SpeculativeConfig, architecture: str, head: RuntimeSpec, target: Runner
 ) -> None:
-    """Refuse by name a head that cannot draft for `target` (module doc)."""
+    """Refuse by name a head (its runtime spec `head`) that cannot draft for `target`
+    (module doc)."""
     model, what = config.model, MODEL_METHODS[config.method]
     if architecture != HEAD_ARCHITECTURES[config.method]:
         raise ValueError(f"{model!r} was not built as an {what} ({architecture})")
-    functions = target.manifest.functions if isinstance(target, ModelRunner) else []
-    if HIDDEN_STATES_FUNCTION not in functions:
+    if target.spec.hidden_states is None or not isinstance(target, ModelRunner):
         raise ValueError(
             f"{what}s need the target built with its hidden states, on one device "
             "(tensor-parallel targets are not supported)"
         )
-    check_target_layers(config.method, model, head_config, target.config)
+    check_target_layers(config.method, model, head, target.spec)
     for key, name in (("hidden_size", "hidden size"), ("vocab_size", "vocabulary")):
-        if int(head_config[key]) != int(target.config[key]):
+        if getattr(head, key) != getattr(target.spec, key):
             raise ValueError(
-                f"the {what} {model!r} has a {name} of {head_config[key]}, the target "
-                f"{target.config[key]}: heads of another {name} are not supported"
+                f"the {what} {model!r} has a {name} of {getattr(head, key)}, the target "
+                f"{getattr(target.spec, key)}: heads of another {name} are not supported"
             )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.sampling.sampler import Sampler
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS, SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_model import DraftModelProposer
@@ -20,7 +21,7 @@ from vllm_tvm.runtime.speculative.target_hidden import TargetHiddenStates
 
 def proposer_for(
     config: SpeculativeConfig,
-    target: ModelRunner,
+    target: Runner,
     draft_runner: ModelRunner | None,
     sampler: Sampler,
 ) -> DraftModelProposer | None:
@@ -35,6 +36,6 @@ def proposer_for(
     if config.method in HEAD_ARCHITECTURES:
         if not isinstance(draft_runner, HeadRunner):
             raise ValueError(f"speculative method {config.method!r} needs a head's runner")
-        store = TargetHiddenStates(exported_hidden_width(target.config, target.hidden_size))
+        store = TargetHiddenStates(exported_hidden_width(target.spec))
         return HeadProposer(draft_runner, sampler, store, config.method == "mtp")
     return DraftModelProposer(draft_runner, sampler)

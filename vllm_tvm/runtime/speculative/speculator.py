@@ -31,14 +31,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
-from vllm_tvm.runtime.engine.metrics import EngineMetrics
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.model.batch import ForwardBatch, is_decode_row, ragged_batch
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.device_sampling import needs_host_row
 from vllm_tvm.runtime.sampling.dispatch import SamplingDispatch, failure_message
 from vllm_tvm.runtime.speculative.backoff import DraftBackoff
@@ -49,8 +48,7 @@ from vllm_tvm.runtime.speculative.ngram import NgramProposer
 from vllm_tvm.runtime.speculative.verify import Verified, verify_greedy, verify_on_host
 
 if TYPE_CHECKING:
-    from vllm_tvm.runtime.engine.scheduler import ScheduledSequence
-    from vllm_tvm.runtime.engine.sequence import EngineSequence
+    from vllm_tvm.runtime.requests.sequence import EngineSequence, ScheduledSequence
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +80,15 @@ class VerifyOutcome(NamedTuple):
     error: str | None
 
 
+class DraftCounters(Protocol):
+    """Where the speculator counts its drafts and the tokens they add (the engine's
+    metrics.EngineMetrics)."""
+
+    def add_spec_decode(self, num_draft_tokens: int, num_accepted: int) -> None: ...
+
+    def add_tokens(self, prompt: int, generated: int) -> None: ...
+
+
 class Speculator:
     """Drafts decode rows, builds their verify forward and rolls back rejected drafts."""
 
@@ -90,7 +97,7 @@ class Speculator:
         config: SpeculativeConfig,
         block_manager: BlockManager,
         sampling: SamplingDispatch,
-        metrics: EngineMetrics,
+        metrics: DraftCounters,
         token_budget: int,
         max_model_len: int,
         draft: DraftModelProposer | None = None,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 
 
 @dataclass

@@ -72,7 +72,7 @@ def make_dummy_params(
 ) -> list[Any]:
     """Every parameter of `entries` (manifest order) as a random TVM tensor on `device`
     ("cpu" or "cuda"), ready for `ModelRunner(params=...)`."""
-    from vllm_tvm.runtime.model.tvm_runtime import load_runtime
+    from vllm_tvm.runtime.tvm_runtime import load_runtime
 
     target_kind_for(device)  # refuses an unknown device by name
     check_dummy_entries(entries)

@@ -13,11 +13,10 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from vllm_tvm.runtime.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from vllm_tvm.runtime.engine.stop_checker import StopChecker, TextDecoder
-from vllm_tvm.runtime.kv.prefix_cache import BlockHash
+from vllm_tvm.runtime.requests.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from vllm_tvm.runtime.requests.stop_checker import StopChecker, TextDecoder
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import SamplingContext, TokenLogprobs
 
@@ -76,7 +75,7 @@ class EngineSequence:
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0
     kv_id: int | None = None
-    block_hashes: list[BlockHash] = field(default_factory=list)
+    block_hashes: list[bytes] = field(default_factory=list)
     text: str = ""
     logprobs: list[TokenLogprobs] | None = None
     cumulative_logprob: float = 0.0
@@ -190,6 +189,13 @@ class EngineSequence:
             None if logprobs is None else self.cumulative_logprob,
             None if logprobs is None else logprobs[tokens_from:],
         )
+
+
+class ScheduledSequence(NamedTuple):
+    """`num_tokens` tokens of `seq`, from its `num_computed_tokens` on, run this step."""
+
+    seq: EngineSequence
+    num_tokens: int
 
 
 @dataclass
