@@ -5,8 +5,8 @@ recurrence and transformers; on CUDA the same TIR runs as thread blocks with the
 matrices in shared memory, which only a GPU run can check. This runs with a runtime-only TVM
 and the libraries benchmarks/h200_gated_delta_build.py made (it builds nothing):
 
-    PYTHONPATH=<tvm bundle>:benchmarks python3 benchmarks/h200_gated_delta_check.py \
-        --root .device/gdn --out r.json --fla-path <site dir with fla>
+    PYTHONPATH=<tvm bundle>:.:benchmarks python3 benchmarks/h200_gated_delta_check.py \
+        --root .device/gdn --out r.json --fla-path <site dir with the fla-core wheel>
 
 Per family (the real linear-layer shapes of Qwen3.6-27B and Qwen3-Next-80B-A3B):
 - kernels: the conv, the chunked scan and the decode step on a ragged batch of three
@@ -319,12 +319,17 @@ def guarded(run: Any) -> Any:
         return {"error": traceback.format_exc()}
 
 
-def check_families(args: argparse.Namespace, families: dict) -> dict[str, Any]:
-    """Kernels and layer of every family, then the timings; fla (`--fla-path`) joins the
-    path only in the last phase, so transformers' layer runs its torch path throughout."""
+def check_families(args: argparse.Namespace, families: dict, results: dict) -> None:
+    """Kernels and layer of every family, then the timings, into `results` (written to
+    `--out` after each part, so a run cut short keeps what it measured); fla (`--fla-path`)
+    joins the path only in the last phase, so transformers' layer runs its torch path."""
     from h200_gated_delta_timing import time_kernels, time_layer  # it imports this module
 
-    results: dict[str, Any] = {}
+    def record(family: str, part: str, run: Any) -> None:
+        results[family][part] = guarded(run)
+        args.out.write_text(json.dumps(results, indent=1))
+        print(json.dumps({family: {part: short(results[family][part])}}), flush=True)
+
     for family, entry in families.items():
         lib = args.root / entry["kernels"]
         results[family] = {"checkpoint": entry["checkpoint"], "config": entry["config"]}
@@ -333,14 +338,11 @@ def check_families(args: argparse.Namespace, families: dict) -> dict[str, Any]:
             "layer": lambda: check_layer(args.root, family, entry, args.device),  # noqa: B023
         }
         for part, run in parts.items():
-            results[family][part] = guarded(run)
-            print(json.dumps({family: {part: short(results[family][part])}}), flush=True)
+            record(family, part, run)
     for phase, timer in (("layer_timing", time_layer), ("kernel_timing", time_kernels)):
         for family, entry in families.items():
             if not args.no_timing:
-                results[family][phase] = guarded(lambda: timer(args, family, entry))  # noqa: B023
-                print(json.dumps({family: {phase: results[family][phase]}}), flush=True)
-    return results
+                record(family, phase, lambda: timer(args, family, entry))  # noqa: B023
 
 
 def load_library(path: Path) -> Any:
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             "kernel_dtype": "float32 (fla: bf16 q/k/v/beta)",
         },
     }
-    results.update(check_families(args, manifest["families"]))
+    check_families(args, manifest["families"], results)
     results["all_passed"] = all(
         results[f][p].get("passed", False)
         for f in manifest["families"]
