@@ -158,7 +158,7 @@ def measure_ours(gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Time decode and prefill on our model runner (the child process's job)."""
     import numpy as np
 
-    from vllm_tvm.entrypoints.llm import artifact_for
+    from vllm_tvm.entrypoints.resolve import artifact_for
     from vllm_tvm.runtime.engine.args import EngineArgs
     from vllm_tvm.runtime.model.runner import ModelRunner
 

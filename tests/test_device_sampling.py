@@ -13,8 +13,10 @@ import tvm
 from device_sampling_helpers import chi_square, chi_square_limit, kept_distribution, tied_rows
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import MANIFEST_NAME
-from vllm_tvm.entrypoints.llm import LLM, resolve_artifact
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.entrypoints.resolve import resolve_artifact
 from vllm_tvm.runtime.model.device_logits import DeviceLogits
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.sampling.device_sampling import DEVICE_SAMPLING_ENV, needs_host_row
@@ -267,7 +269,7 @@ def test_a_plain_hook_keeps_every_row_on_the_host(make_llm, host_copies) -> None
 def test_an_artifact_without_sampling_functions_samples_on_the_host(make_llm, tmp_path) -> None:
     current = make_llm()
     old = tmp_path / "artifact"
-    shutil.copytree(resolve_artifact(current.model_path, "cpu", "auto", False), old)
+    shutil.copytree(resolve_artifact(CompileOptions(current.model_path), False), old)
     manifest = json.loads((old / MANIFEST_NAME).read_text())
     manifest["functions"] = [f for f in manifest["functions"] if f not in ("argmax", "sample")]
     (old / MANIFEST_NAME).write_text(json.dumps(manifest))

@@ -7,17 +7,10 @@ import json
 import sys
 
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
-from vllm_tvm.cli.preflight import (
-    check_device,
-    read_prompt,
-    resolve_engine_model,
-    skip_ml_dtypes_import,
-    skip_torch_import,
-    use_built_artifact,
-)
-from vllm_tvm.runtime.engine.args import option_names
+from vllm_tvm.cli.preflight import check_device, prepare_command_start, read_prompt
+from vllm_tvm.cli.registry_args import registry_settings_from_cli
+from vllm_tvm.entrypoints.resolve import resolve_engine
 from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
-from vllm_tvm.runtime.weights.load_format import DUMMY
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -78,10 +71,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     check_requested_max_tokens(args.max_tokens)
     check_device(args.device)
-    engine_args = resolve_engine_model(engine_args_from_cli(args, show_progress=not args.json))
-    skip_torch_import(needs_torch=engine_args.load_format == DUMMY)
-    engine_args = use_built_artifact(engine_args)
-    skip_ml_dtypes_import(engine_args)
+    engine_args = resolve_engine(
+        engine_args_from_cli(args, show_progress=not args.json),
+        registry_settings_from_cli(args),
+        before_load=prepare_command_start,
+    )
     from vllm_tvm.entrypoints.llm import LLM
 
     params = SamplingParams(
@@ -91,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
     )
-    # The options as they are (asdict would turn a SpeculativeConfig back into JSON keys).
-    llm = LLM(engine_args.model, **{name: getattr(engine_args, name) for name in option_names()})
+    llm = LLM.from_engine_args(engine_args)
     prompt: str | list[int] = text
     if args.chat:
         prompt = llm.chat_prompt_ids([{"role": "user", "content": text}])

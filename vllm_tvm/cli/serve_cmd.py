@@ -16,24 +16,17 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_tvm.checkpoints.model_reference import is_hf_model_id
 from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
-from vllm_tvm.cli.preflight import (
-    check_device,
-    check_port,
-    resolve_engine_model,
-    skip_ml_dtypes_import,
-    skip_torch_import,
-    use_built_artifact,
-)
+from vllm_tvm.cli.preflight import check_device, check_port, prepare_command_start
+from vllm_tvm.cli.registry_args import registry_settings_from_cli
 from vllm_tvm.cli.vllm_serve_flags import add_vllm_serve_flags
+from vllm_tvm.entrypoints.resolve import BeforeLoad, resolve_engine
 from vllm_tvm.runtime.engine.admission import (
     DEFAULT_MAX_SEQUENCES_PER_REQUEST,
     DEFAULT_MAX_WAITING_REQUESTS,
 )
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
-from vllm_tvm.runtime.weights.load_format import DUMMY
 from vllm_tvm.server.config import (
     DEFAULT_MAX_LOGPROBS,
     DEFAULT_MAX_REQUEST_BODY_BYTES,
@@ -187,8 +180,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model = str(default_model_path())
         served = served or [DEFAULT_MODEL_NAME]
     engine = serve_engine_args(args, model)
-    if not served and str(engine.model) != model:
-        served = [model]  # a registry model id, pulled: served under its id
     return ServerConfig(
         engine=engine,
         served_model_name=list(served or []),
@@ -252,32 +243,28 @@ def serve_engine_args(args: argparse.Namespace, model: str) -> EngineArgs:
     return engine
 
 
-def checked_config(args: argparse.Namespace) -> ServerConfig:
+def checked_config(args: argparse.Namespace, before_load: BeforeLoad | None = None) -> ServerConfig:
     """`config_from_args` with its cheap inputs checked (port free, device present) and the
-    model resolved to a local checkpoint; a Hugging Face id is also the default served name."""
+    engine resolved (entrypoints/resolve.py; `before_load` as there); a model named by a
+    registry or Hugging Face id is also served under that id by default."""
     config = config_from_args(args)
     check_port(config.host, config.port)
     check_device(config.engine.device)
-    model = config.engine.model
-    engine = resolve_engine_model(config.engine)
+    model = str(config.engine.model)
+    engine = resolve_engine(config.engine, registry_settings_from_cli(args), before_load)
     served = config.served_model_name
-    if not served and is_hf_model_id(model) and not Path(model).exists():
+    if not served and not Path(model).exists():
         served = [model]
     return replace(config, engine=engine, served_model_name=served)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = checked_config(args)
-    skip_torch_import(needs_torch=config.engine.load_format == DUMMY)
-    config = replace(config, engine=use_built_artifact(config.engine))
-    skip_ml_dtypes_import(config.engine)
-    from vllm_tvm.entrypoints.llm import artifact_for, with_draft_artifact
-    from vllm_tvm.server.launch import serve
-
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    engine = with_draft_artifact(config.engine)
-    serve(replace(config, engine=replace(engine, artifact=artifact_for(engine))))
+    config = checked_config(args, before_load=prepare_command_start)
+    from vllm_tvm.server.launch import serve
+
+    serve(config)
     return 0
