@@ -72,7 +72,7 @@ DEFAULT_CACHE = Path.home() / ".cache" / "vllm_tvm" / "cpu_peers"
 
 
 def default_gguf() -> Path:
-    from vllm_tvm.cli.default_model import default_model_path
+    from vllm_tvm.checkpoints.default_model import default_model_path
 
     return Path(default_model_path())
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.common_args import add_compile_arguments
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.registry_args import add_registry_arguments
 from vllm_tvm.runtime.devices import DEVICES
 from vllm_tvm.runtime.engine.args import (
@@ -148,7 +148,7 @@ def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> Engi
             del given[name]
     options = {**defaults, **given}
     if "model" not in options:
-        from vllm_tvm.cli.default_model import default_model_path
+        from vllm_tvm.checkpoints.default_model import default_model_path
 
         options["model"] = str(default_model_path())
     return EngineArgs(**options)

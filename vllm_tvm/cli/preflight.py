@@ -86,19 +86,30 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
     if (prompt is None) == (prompt_file is None):
         raise ValueError("give exactly one of --prompt TEXT, --prompt - (stdin), --prompt-file")
     if prompt_file is not None:
+        source = f"--prompt-file {prompt_file}"
         try:
             with open(prompt_file, encoding="utf-8") as f:
                 text = f.read()
         except OSError as err:
-            raise ValueError(f"--prompt-file {prompt_file}: {err.strerror}") from None
-        source = f"--prompt-file {prompt_file}"
+            raise ValueError(f"{source}: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{source}: {_not_utf8(err)}") from None
     elif prompt == "-":
-        text, source = sys.stdin.read(), "standard input (--prompt -)"
+        source = "standard input (--prompt -)"
+        stream = getattr(sys.stdin, "buffer", None)  # bytes, decoded strictly: the locale may not
+        try:
+            text = stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{source}: {_not_utf8(err)}") from None
     else:
         text, source = prompt or "", "--prompt"
     if not text.strip():
         raise ValueError(f"the prompt from {source} is empty")
     return text
+
+
+def _not_utf8(err: UnicodeDecodeError) -> str:
+    return f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})"
 
 
 def skip_torch_import(needs_torch: bool) -> None:

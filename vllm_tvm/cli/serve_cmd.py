@@ -16,7 +16,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 from vllm_tvm.cli.preflight import check_device, check_port, prepare_command_start
 from vllm_tvm.cli.registry_args import registry_settings_from_cli
@@ -170,7 +170,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's settings from parsed flags (the default model when none is named)."""
-    from vllm_tvm.cli.default_model import default_model_path
+    from vllm_tvm.checkpoints.default_model import default_model_path
 
     if args.model_tag is not None and args.model is not None and args.model_tag != args.model:
         raise ValueError(f"two models given: {args.model_tag!r} and --model {args.model!r}")

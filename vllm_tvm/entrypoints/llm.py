@@ -15,6 +15,7 @@ from typing import Any
 
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.entrypoints.resolve import resolve_engine
+from vllm_tvm.entrypoints.vllm_options import without_no_effect_options
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
 from vllm_tvm.runtime.engine.outputs import RequestOutput
@@ -28,11 +29,13 @@ class LLM:
     """A loaded model ready to generate. `model` is a local path, a Hugging Face id in the
     local cache, or a registry model id (pulled when $VLLM_TVM_REGISTRY holds it).
     `options` are `EngineArgs` fields (device, dtype, attention, gemm, max_model_len,
-    num_blocks, load_format, skip_tokenizer_init, ...); any other name is refused with a
-    TypeError naming it."""
+    num_blocks, load_format, skip_tokenizer_init, ...), or vLLM options with no effect here
+    (entrypoints/vllm_options.py: enforce_eager, swap_space, ...); any other name is refused
+    with a TypeError naming it."""
 
     def __init__(self, model: str | Path, **options: Any) -> None:
-        self._start(resolve_engine(EngineArgs.from_options(model, **options)))
+        args = EngineArgs.from_options(model, **without_no_effect_options(options))
+        self._start(resolve_engine(args))
 
     @classmethod
     def from_engine_args(cls, args: EngineArgs) -> LLM:

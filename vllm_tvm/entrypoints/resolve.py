@@ -26,6 +26,7 @@ from vllm_tvm.artifacts.speculative_roles import (
     HEAD_ROLES,
     TARGET_ROLES,
 )
+from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME, default_model_path
 from vllm_tvm.checkpoints.eagle3_config import eagle3_aux_layers
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.checkpoints.model_reference import resolve_model
@@ -44,19 +45,28 @@ def resolve_engine(
     before_load: BeforeLoad | None = None,
 ) -> EngineArgs:
     """`args` with the model on a local checkpoint and every artifact resolved: a registry
-    model id pulled (`registry`, default: from the environment), the checkpoint found (a
-    path, or a Hugging Face id in the local cache; else refused by name), a remembered
+    model id pulled (`registry`, default: from the environment), the checkpoint found
+    (`local_checkpoint`; else refused by name), a remembered
     artifact taken (no compiler import), then `before_load`, then a draft's artifact, then
     the target's (compiled on first use)."""
     if args.artifact is None:
         args = _registry_checkpoint(args, registry or RegistrySettings.from_env())
-    args = replace(args, model=str(resolve_model(args.model)))
+    args = replace(args, model=str(local_checkpoint(args.model)))
     if args.artifact is None:
         args = replace(args, artifact=remembered_artifact(target_options(args)))
     if before_load is not None:
         before_load(args)
     args = with_draft_artifact(args)
     return replace(args, artifact=artifact_for(args))
+
+
+def local_checkpoint(model: str | Path) -> Path:
+    """The checkpoint `model` names here: a path, the embedded default model by the name it
+    is served under (`SmolLM2-135M-Instruct`, unless a path of that name exists), or a
+    Hugging Face id in the local cache (checkpoints/model_reference.py)."""
+    if str(model) == DEFAULT_MODEL_NAME and not Path(model).exists():
+        return default_model_path()
+    return resolve_model(model)
 
 
 def resolve_artifact(options: CompileOptions, show_progress: bool = True) -> Path:
@@ -89,8 +99,8 @@ def target_options(args: EngineArgs) -> CompileOptions:
     if role != AUX_HIDDEN_STATES_TARGET:
         return options
     assert spec is not None and spec.model is not None  # SpeculativeConfig requires it
-    target_layers = int(read_model_config(resolve_model(args.model))["num_hidden_layers"])
-    head_config = read_model_config(resolve_model(spec.model))
+    target_layers = int(read_model_config(local_checkpoint(args.model))["num_hidden_layers"])
+    head_config = read_model_config(local_checkpoint(spec.model))
     return replace(options, aux_hidden_layers=eagle3_aux_layers(head_config, target_layers))
 
 
@@ -104,7 +114,7 @@ def with_draft_artifact(args: EngineArgs) -> EngineArgs:
     spec = args.speculative_config
     if spec is None or spec.method not in MODEL_METHODS or spec.draft_artifact is not None:
         return args
-    draft_model = resolve_model(spec.model or args.model)
+    draft_model = local_checkpoint(spec.model or args.model)
     target = artifact_for(args)
     # "auto" takes the target's dtype, not the draft's own config: a GGUF target computes in
     # float32 on the CPU while a head's config.json may say float16.
