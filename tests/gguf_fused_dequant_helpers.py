@@ -33,7 +33,7 @@ TINY_CONFIG = dict(
 # K-quant rows are 256-value super-blocks; two per row, because dlight's GPU GEMV declines a
 # row of one (its super-block index is then a constant).
 K_QUANT_SIZES = dict(hidden_size=512, intermediate_size=512)
-K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+K_QUANTS = (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)
 PROMPT = [5, 17, 33, 8, 61, 90, 3]
 
 
@@ -62,8 +62,14 @@ def write_quantized_llama(
 
 
 # Bytes per K-quant block, and offsets of its fp16 super-block scales (d, and dmin).
-_K_BLOCK_BYTES = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
-_K_SCALE_OFFSETS = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+_K_BLOCK_BYTES = {Q.Q2_K: 84, Q.Q3_K: 110, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
+_K_SCALE_OFFSETS = {
+    Q.Q2_K: (80, 82),
+    Q.Q3_K: (108,),
+    Q.Q4_K: (0, 2),
+    Q.Q5_K: (0, 2),
+    Q.Q6_K: (208,),
+}
 K_SCALE_SHRINK = 1 / 16
 """gguf_synth's random K-quant blocks give weights of magnitude up to ~10 that make a
 random model's activations explode; scaled down they keep its logits near 10, like the

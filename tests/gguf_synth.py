@@ -121,6 +121,54 @@ def q6_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarra
     return blocks.reshape(rows, -1), values.reshape(rows, cols)
 
 
+def q2_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random Q2_K rows: (bytes [rows, 84 * cols / 256], exact float32 values)."""
+    nb = rows * cols // QK_K
+    d, dmin = _f16(rng, (nb, 1), 0.2), _f16(rng, (nb, 1), 0.2)
+    sc, mn = rng.integers(0, 16, (nb, 16)), rng.integers(0, 16, (nb, 16))
+    q = rng.integers(0, 4, (nb, QK_K))
+    values = _k_values(d, sc, q, 16) - _k_values(dmin, mn, np.ones_like(q), 16)
+    scales = (sc | mn << 4).astype(np.uint8)
+    blocks = np.concatenate([scales, _crumbs(q), d.view(np.uint8), dmin.view(np.uint8)], axis=1)
+    return blocks.reshape(rows, -1), values.reshape(rows, cols)
+
+
+def q3_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random Q3_K rows: (bytes [rows, 110 * cols / 256], exact float32 values)."""
+    nb = rows * cols // QK_K
+    d = _f16(rng, (nb, 1), 0.08)
+    sc = rng.integers(-32, 32, (nb, 16))
+    q = rng.integers(-4, 4, (nb, QK_K))
+    values = _k_values(d, sc, q, 16)
+    # Stored: 2 low bits of q + 4 (as Q2_K's), and its third bit in hmask (bit s of byte l
+    # for element 32 s + l); scales + 32 as 6 bits: low nibbles of scales i and i + 8 in
+    # byte i, the top two bits of scale 4 m + k at bits 2 m of byte 8 + k.
+    biased, scale_bits = q + 4, sc + 32
+    high = (biased >> 2).reshape(nb, 8, 32)
+    hmask = (high << np.arange(8)[None, :, None]).sum(axis=1)
+    low = (scale_bits[:, :8] & 15) | (scale_bits[:, 8:] & 15) << 4
+    top = (scale_bits >> 4).reshape(nb, 4, 4)
+    top = (top << (2 * np.arange(4))[None, :, None]).sum(axis=1)
+    blocks = np.concatenate(
+        [
+            hmask.astype(np.uint8),
+            _crumbs(biased & 3),
+            low.astype(np.uint8),
+            top.astype(np.uint8),
+            d.view(np.uint8),
+        ],
+        axis=1,
+    )
+    return blocks.reshape(rows, -1), values.reshape(rows, cols)
+
+
+def _crumbs(q: np.ndarray) -> np.ndarray:
+    """Pack 2-bit values: per 128 elements, byte l holds element 32 j + l at bits 2 j."""
+    groups = q.reshape(q.shape[0], 2, 4, 32)
+    packed = (groups << (2 * np.arange(4))[None, None, :, None]).sum(axis=2)
+    return packed.reshape(q.shape[0], 64).astype(np.uint8)
+
+
 def _k_values(d: np.ndarray, sc: np.ndarray, q: np.ndarray, group: int) -> np.ndarray:
     """``d * scale[group of element] * q`` in float32, in ggml's order of operations."""
     scaled = d.astype(np.float32) * sc.astype(np.float32)
@@ -141,7 +189,13 @@ def _nibbles(q: np.ndarray) -> np.ndarray:
     return (pairs[:, :, 0] | pairs[:, :, 1] << 4).reshape(q.shape[0], 128).astype(np.uint8)
 
 
-K_QUANT_ROWS = {Q.Q4_K: q4_k_rows, Q.Q5_K: q5_k_rows, Q.Q6_K: q6_k_rows}
+K_QUANT_ROWS = {
+    Q.Q2_K: q2_k_rows,
+    Q.Q3_K: q3_k_rows,
+    Q.Q4_K: q4_k_rows,
+    Q.Q5_K: q5_k_rows,
+    Q.Q6_K: q6_k_rows,
+}
 
 
 def encode(values: np.ndarray, qtype: Q, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -1,12 +1,13 @@
 """GGUF weights kept quantized on the device (`--weight-format native`) against the plain path.
 
-For each fused type (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) a tiny llama file holds every
-matrix in that type. The `dequantized` arm (every weight dequantized to fp32 at load, the
-path that exists without this feature) is the oracle: the fused kernels must give the same
-logits within 1e-4 and the same greedy tokens. The
-manifest must say which parameters are quantized, and a checkpoint stored differently must
-be refused before use. Repacked planes are checked against the `gguf` package's own
-dequantizer.
+For each fused type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and F16 /
+BF16, kept 16-bit in fp32 CPU artifacts) a tiny llama file holds every matrix in that type.
+The `dequantized` arm (every weight dequantized to fp32 at load, the path that exists
+without this feature) is the oracle: the fused kernels must give the same logits within
+1e-4 and the same greedy tokens. The manifest must say which parameters are quantized, the
+loaded parameters must keep the planes' dtypes, and a checkpoint stored differently must be
+refused before use. Repacked planes are checked
+against the `gguf` package's own dequantizer.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.weights.loader import WeightMismatchError
 
-FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, *K_QUANTS]
+FUSED_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, *K_QUANTS, Q.F16, Q.BF16]
 STEPS = 8
 
 # Every weight a llama compiles: embedding, fused q/k/v and gate/up, o/down, lm_head.
@@ -118,6 +119,25 @@ def test_tied_embedding_table_serves_embed_and_logits_quantized(tmp_path: Path) 
     assert fused.tokens == [int(i) for i in np.argmax(plain.logits, axis=1)]
 
 
+@pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
+def test_loaded_weights_stay_in_their_stored_dtypes(files: dict[Q, Path], qtype: Q) -> None:
+    """No matrix is widened to fp32 at load: the runner holds every linear and embedding
+    weight as the planes of its type, in the planes' dtypes; only vectors (norms) are
+    float arrays."""
+    runner = ModelRunner(_artifact(files[qtype], "native"), files[qtype], show_progress=False)
+    held = {
+        entry.name: (str(param.dtype), len(param.shape))
+        for entry, param in zip(runner.manifest.params, runner.params, strict=True)
+    }
+    planes = {
+        f"{weight}.{plane.name}": plane.dtype
+        for weight in QUANTIZABLE
+        for plane in FORMATS[qtype.name.lower()].planes
+    }
+    assert {name: held[name][0] for name in planes} == planes
+    assert {rank for name, (_, rank) in held.items() if name not in planes} == {1}
+
+
 def test_manifest_records_each_plane_with_its_format(files: dict[Q, Path]) -> None:
     manifest = read_manifest(_artifact(files[Q.Q4_1], "native"))
     qkv = [p for p in manifest.params if ".layers.0.self_attn.qkv_proj." in p.name]
@@ -192,7 +212,27 @@ def test_projection_with_mixed_types_is_dequantized_at_load(tmp_path: Path) -> N
         "model.layers.1.mlp.down_proj.weight": Q.F16,
     }
     request = make_request(CompileOptions(write_quantized_llama(tmp_path / "mixed.gguf", types)))
-    assert dict(request.weight_formats) == {f"{prefix}o_proj.weight": "q4_1"}
+    assert dict(request.weight_formats) == {
+        f"{prefix}o_proj.weight": "q4_1",
+        "model.layers.1.mlp.down_proj.weight": "f16",
+    }
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.BF16], ids=lambda t: t.name)
+def test_16_bit_weights_stay_16_bit_only_where_the_artifact_would_widen_them(
+    files: dict[Q, Path], qtype: Q
+) -> None:
+    """An fp32 CPU artifact keeps them 16-bit; a 16-bit artifact holds them in its own dtype
+    (as float weights), and a tensor-parallel split takes float weights only, so there no
+    format is chosen."""
+    assert set(make_request(CompileOptions(files[qtype])).weight_formats.values()) == {
+        qtype.name.lower()
+    }
+    assert dict(make_request(CompileOptions(files[qtype], dtype="float16")).weight_formats) == {}
+    assert (
+        dict(make_request(CompileOptions(files[qtype], tensor_parallel_size=2)).weight_formats)
+        == {}
+    )
 
 
 def test_unknown_weight_format_is_refused_naming_the_choices(files: dict[Q, Path]) -> None:
@@ -224,15 +264,29 @@ def _per(plane: np.ndarray, values: int) -> np.ndarray:
 def _decode_planes(p: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
     """The weight from its planes by ggml's formulas, written independently of the loader:
     int8 values, or bit fields packed in value order into uint32 words (4-bit values, then
-    the 1 or 2 high bits of Q5_K / Q6_K); fp16 scale d (and min m) per 32 values; K-quants:
-    fp16 d (dmin) per 256 values times integer scales (mins) per 32 (Q6_K: 16)."""
+    the 1 or 2 high bits of Q5_0 / Q5_1 / Q5_K / Q6_K; 2-bit values and Q3_K's third bit);
+    fp16 scale d (and min m) per 32 values; K-quants: fp16 d (dmin) per 256 values times
+    integer scales (mins) per 32 (Q2_K, Q3_K, Q6_K: 16)."""
     if qtype == Q.Q8_0:
         return _per(p["d"], 32) * p["qs"].astype(np.float32)
+    if qtype == Q.F16:
+        return p["w"].astype(np.float32)
+    if qtype == Q.BF16:
+        return (p["w"].astype(np.uint32) << 16).view(np.float32)
+    if qtype in (Q.Q2_K, Q.Q3_K):
+        q, scale = _fields(p["qs"], 2), _per(p["d"], 256) * _per(p["sc"], 16)
+        if qtype == Q.Q3_K:
+            return scale * (q + 4 * _fields(p["qh"], 1) - 4)
+        return scale * q - _per(p["dmin"], 256) * _per(p["mn"], 16)
     q = _fields(p["qs"], 4)
     if qtype == Q.Q4_0:
         return _per(p["d"], 32) * (q - 8)
     if qtype == Q.Q4_1:
         return _per(p["d"], 32) * q + _per(p["m"], 32)
+    if qtype == Q.Q5_0:
+        return _per(p["d"], 32) * (q + 16 * _fields(p["qh"], 1) - 16)
+    if qtype == Q.Q5_1:
+        return _per(p["d"], 32) * (q + 16 * _fields(p["qh"], 1)) + _per(p["m"], 32)
     if qtype == Q.Q6_K:
         return (_per(p["d"], 256) * _per(p["sc"], 16)) * (q + 16 * _fields(p["qh"], 2) - 32)
     if qtype == Q.Q5_K:

@@ -60,7 +60,7 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_quantized_llama(tmp_path_factory.mktemp("cuda") / "q4_1.gguf", Q.Q4_1)
 
 
-@pytest.fixture(scope="module", params=[Q.Q4_1, Q.Q4_K], ids=lambda t: t.name)
+@pytest.fixture(scope="module", params=[Q.Q4_1, Q.Q5_0, Q.Q4_K], ids=lambda t: t.name)
 def typed_file(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     qtype = request.param
     return write_quantized_llama(tmp_path_factory.mktemp("cuda") / f"{qtype.name}.gguf", qtype)

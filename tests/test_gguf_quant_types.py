@@ -29,18 +29,21 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
-TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+FLOAT_TYPES = [Q.F32, Q.F16, Q.BF16]
+BLOCK_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+TYPES = FLOAT_TYPES + BLOCK_TYPES
 
 # Largest quantization error of the types quantized from floats, as a fraction of the
-# tensor's largest magnitude: half a step, where a Q4_1 step spans 2/15 of it; Q4_0 clips
-# the extreme of the opposite sign to 7/8 of it.
+# tensor's largest magnitude: half a step, where a Q4_1 step spans 2/15 of it (Q5_1: 2/31);
+# Q4_0 clips the extreme of the opposite sign to 7/8 of it (Q5_0: 15/16).
 TOLERANCE = {Q.F16: 1e-3, Q.BF16: 4e-3, Q.Q8_0: 1 / 254, Q.Q4_0: 1 / 8, Q.Q4_1: 1 / 15}
+TOLERANCE |= {Q.Q5_0: 1 / 16, Q.Q5_1: 1 / 31}
 
 CONFIG = LlamaConfig(
     vocab_size=64,
     hidden_size=256,  # rows of K-quant blocks are 256 values long
     intermediate_size=256,
-    num_hidden_layers=5,
+    num_hidden_layers=7,  # a Q and a K projection per type
     num_attention_heads=4,
     num_key_value_heads=2,
     max_position_embeddings=128,

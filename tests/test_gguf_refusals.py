@@ -13,7 +13,7 @@ from gguf_synth import SynthTensor, write_gguf
 from vllm_tvm.checkpoints.gguf_config import check_gguf_supported, hf_config_from_gguf
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 
-SUPPORTED_TYPES = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K"
+SUPPORTED_TYPES = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"
 
 
 def llama_metadata() -> dict[str, object]:
@@ -51,17 +51,17 @@ def test_unsupported_architecture_is_refused_by_name(tmp_path: Path) -> None:
 def test_unsupported_quant_type_is_refused_by_name_with_its_tensor(tmp_path: Path) -> None:
     tensors = [
         SynthTensor("token_embd.weight", matrix(8, 32), Q.F32),
-        SynthTensor("blk.0.attn_q.weight", quantize(matrix(32, 32), Q.Q5_1), Q.Q5_1),
-        SynthTensor("blk.0.attn_k.weight", quantize(matrix(32, 32), Q.Q5_1), Q.Q5_1),
+        SynthTensor("blk.0.attn_q.weight", quantize(matrix(32, 256), Q.TQ2_0), Q.TQ2_0),
+        SynthTensor("blk.0.attn_k.weight", quantize(matrix(32, 256), Q.TQ2_0), Q.TQ2_0),
     ]
     path = write_gguf(tmp_path / "q.gguf", "llama", llama_metadata(), tensors)
     with pytest.raises(ValueError) as refused:
         hf_config_from_gguf(path)
     assert str(refused.value) == (
-        "unsupported GGUF quant type 'Q5_1' (tensor 'blk.0.attn_q.weight' and 1 more); "
+        "unsupported GGUF quant type 'TQ2_0' (tensor 'blk.0.attn_q.weight' and 1 more); "
         f"supported: {SUPPORTED_TYPES}"
     )
-    with pytest.raises(ValueError, match="unsupported GGUF quant type 'Q5_1'"):
+    with pytest.raises(ValueError, match="unsupported GGUF quant type 'TQ2_0'"):
         GGUFWeights(path)
 
 

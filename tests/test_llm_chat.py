@@ -46,3 +46,28 @@ def test_add_generation_prompt_false_leaves_the_assistant_turn_closed(make_llm) 
     [output] = llm.chat(HELLO, GREEDY, chat_template=CHATML, add_generation_prompt=False)
     expected = llm.tokenizer.encode(chatml_text(HELLO, False), add_special_tokens=False)
     assert output.prompt_token_ids == expected
+
+
+def test_a_tool_call_turn_with_null_or_no_content_renders_as_empty_content(make_llm) -> None:
+    """An agent loop's replayed tool call: content null, or no content key (vLLM renders
+    both empty), through a template that concatenates content as SmolLM2's does."""
+    strict = CHATML.replace("(message['content'] or '')", "message['content']")
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    conversation = [
+        *HELLO,
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    llm = make_llm()
+    ids = llm.chat_prompt_ids(conversation, chat_template=strict, add_generation_prompt=False)
+    expected = chatml_text(
+        [
+            *HELLO,
+            {"role": "assistant", "content": ""},
+            {"role": "tool", "content": "ok"},
+            {"role": "assistant", "content": ""},
+        ],
+        open_assistant=False,
+    )
+    assert ids == llm.tokenizer.encode(expected, add_special_tokens=False)

@@ -262,7 +262,19 @@ def test_thinking_disabled_makes_everything_content(name: str) -> None:
 
 
 def test_reasoning_parser_names_are_the_supported_ones() -> None:
-    assert reasoning_parser_names() == ["deepseek_r1", "mistral", "qwen3", "think_auto"]
+    assert reasoning_parser_names() == [
+        "deepseek_r1",
+        "deepseek_v3",
+        "holo2",
+        "minimax_m2",
+        "minimax_m2_append_think",
+        "mistral",
+        "muse_glimmer",
+        "olmo3",
+        "qwen3",
+        "step3",
+        "think_auto",
+    ]
 
 
 def test_unknown_reasoning_parser_is_rejected_with_the_accepted_names() -> None:

@@ -183,6 +183,13 @@ DIALECTS = [
         "<｜end▁of▁sentence｜>",  # noqa: RUF001
         content="Let me check.",
     ),
+    Dialect(
+        "kimi_k2",
+        "moonshotai-Kimi-K2",
+        "<|im_assistant|>assistant<|im_middle|>",
+        "<|im_end|>",
+        content="Let me check.",
+    ),
 ]
 
 

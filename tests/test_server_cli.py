@@ -2,8 +2,10 @@
 
 Specification: flags carry vLLM's names and the reference server's defaults; an unknown
 flag fails at startup and a vLLM flag vllm-tvm does not implement is refused by name; with
-no model the embedded default model is served. (A real server process's shutdown:
-test_server_shutdown.py.)
+no model the embedded default model is served. Each setting's flag, help and environment
+variable are written once, on its ServerConfig field: a setting left alone keeps the field's
+default, every flag sets its field, and a variable fills what its flag left unset. (A real
+server process's shutdown: test_server_shutdown.py.)
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from vllm_tvm.cli.vllm_serve_flags import (
     NO_EFFECT_SWITCHES,
     NOT_IMPLEMENTED,
 )
+from vllm_tvm.server.config import ServerConfig
+from vllm_tvm.server.options import options_of
 
 
 def parse(*argv: str):
@@ -192,3 +196,50 @@ def test_structured_outputs_config_refuses_what_does_not_apply(capsys, value, na
 def test_admission_limits_below_one_are_refused_before_anything_loads(flag):
     with pytest.raises(ValueError, match=r"must be at least 1, got 0"):
         parse("--model", "m", flag, "0")
+
+
+# ------------------------------------------- settings defined once, on their ServerConfig field
+
+OPTION_FIELDS = list(options_of(ServerConfig))
+
+
+@pytest.fixture
+def no_server_env(monkeypatch):
+    for _, how in OPTION_FIELDS:
+        if how.env is not None:
+            monkeypatch.delenv(how.env, raising=False)
+
+
+def test_every_setting_left_alone_keeps_its_field_default(no_server_env):
+    config = parse("--model", "m")
+    defaults = ServerConfig(engine=config.engine)
+    for item, _ in OPTION_FIELDS:
+        assert getattr(config, item.name) == getattr(defaults, item.name), item.name
+
+
+def _sample(how) -> tuple[str, object]:
+    """A value for a setting's flag, and what the field should hold after it."""
+    choices = how.choice_list()
+    text = choices[-1] if choices else {int: "7", float: "2.5"}.get(how.parse, "x")
+    return text, how.parse(text)
+
+
+@pytest.mark.parametrize(("item", "how"), OPTION_FIELDS, ids=[i.name for i, _ in OPTION_FIELDS])
+def test_every_flag_sets_its_field(no_server_env, item, how):
+    if not how.flags:
+        pytest.skip(f"{item.name} is set by ${how.env} only")
+    [flag, *_] = how.flags
+    if how.kind in ("switch", "boolean"):
+        assert getattr(parse("--model", "m", flag), item.name) is True
+        for negation in how.negations:
+            assert getattr(parse("--model", "m", negation), item.name) is False
+        return
+    text, value = _sample(how)
+    expected = [value] if how.nargs == "+" else value
+    assert getattr(parse("--model", "m", flag, text), item.name) == expected
+
+
+def test_an_environment_variable_fills_a_setting_its_flag_left_unset(monkeypatch):
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    assert parse("--model", "m").api_key == "from-env"
+    assert parse("--model", "m", "--api-key", "from-flag").api_key == "from-flag"

@@ -66,6 +66,29 @@ def _q4_1(blocks: Bytes) -> dict[str, np.ndarray]:
     }
 
 
+def _uint32(blocks: Bytes, offset: int) -> np.ndarray:
+    """The little-endian uint32 field at byte `offset` of every block: [rows, blocks]."""
+    return np.ascontiguousarray(blocks[:, :, offset : offset + 4]).view(np.uint32)[..., 0]
+
+
+def _q5_0(blocks: Bytes) -> dict[str, np.ndarray]:
+    # qh: bit v of the block's uint32 is the fifth bit of value v, already in value order.
+    return {
+        "qs": _pack(_split_nibbles(blocks[:, :, 6:22]), 4),
+        "qh": _uint32(blocks, 2),
+        "d": _float16(blocks, 0),
+    }
+
+
+def _q5_1(blocks: Bytes) -> dict[str, np.ndarray]:
+    return {
+        "qs": _pack(_split_nibbles(blocks[:, :, 8:24]), 4),
+        "qh": _uint32(blocks, 4),
+        "d": _float16(blocks, 0),
+        "m": _float16(blocks, 2),
+    }
+
+
 def _k_scales(blocks: Bytes) -> dict[str, np.ndarray]:
     """d, dmin and the eight 6-bit (scale, min) pairs at bytes 0..15 of Q4_K/Q5_K blocks.
 
@@ -94,13 +117,51 @@ def _q4_k(blocks: Bytes) -> dict[str, np.ndarray]:
     return {"qs": _pack(_q4_k_values(blocks[:, :, 16:144]), 4), **_k_scales(blocks)}
 
 
+def _bits_by_32(mask_bytes: Bytes) -> np.ndarray:
+    """Q5_K's and Q3_K's 32-byte bit masks (bit s of byte l: value 32 s + l), packed."""
+    bits = (mask_bytes[:, :, None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1
+    return _pack(_flat(bits), 1)
+
+
+def _crumbs(crumb_bytes: Bytes) -> np.ndarray:
+    """Q2_K's and Q3_K's 2-bit values (64 bytes per block: in each 32 bytes, bits 2 j of
+    byte l hold value 32 j + l of 128), packed in value order."""
+    groups = crumb_bytes.reshape(crumb_bytes.shape[0], -1, 1, 32)
+    values = (groups >> (2 * np.arange(4, dtype=np.uint8))[:, None]) & 3
+    return _pack(_flat(values), 2)
+
+
+def _q2_k(blocks: Bytes) -> dict[str, np.ndarray]:
+    # Bytes 0..15: scale (low nibble) and min (high nibble) of each 16 values.
+    scales = blocks[:, :, 0:16]
+    return {
+        "qs": _crumbs(blocks[:, :, 16:80]),
+        "d": _float16(blocks, 80),
+        "dmin": _float16(blocks, 82),
+        "sc": _flat(scales & 15),
+        "mn": _flat(scales >> 4),
+    }
+
+
+def _q3_k(blocks: Bytes) -> dict[str, np.ndarray]:
+    # Sixteen 6-bit scales, stored biased by 32: the low nibbles of scales i and i + 8 in
+    # byte 96 + i (i < 8), the top two bits of scale 4 m + k at bits 2 m of byte 104 + k.
+    low, top = blocks[:, :, 96:104], blocks[:, :, 104:108]
+    nibbles = np.concatenate([low & 15, low >> 4], axis=-1)
+    tops = np.concatenate([(top >> (2 * m)) & 3 for m in range(4)], axis=-1)
+    biased = _flat(nibbles | (tops << 4)).astype(np.int16)
+    return {
+        "qs": _crumbs(blocks[:, :, 32:96]),
+        "qh": _bits_by_32(blocks[:, :, 0:32]),
+        "sc": (biased - 32).astype(np.int8),
+        "d": _float16(blocks, 108),
+    }
+
+
 def _q5_k(blocks: Bytes) -> dict[str, np.ndarray]:
-    # qh: bit s of byte l is the fifth bit of value 32 s + l.
-    qh = blocks[:, :, 16:48]
-    fifth = (qh[:, :, None, :] >> np.arange(8, dtype=np.uint8)[:, None]) & 1
     return {
         "qs": _pack(_q4_k_values(blocks[:, :, 48:176]), 4),
-        "qh": _pack(_flat(fifth), 1),
+        "qh": _bits_by_32(blocks[:, :, 16:48]),
         **_k_scales(blocks),
     }
 
@@ -122,13 +183,27 @@ def _q6_k(blocks: Bytes) -> dict[str, np.ndarray]:
     }
 
 
+def _f16(blocks: Bytes) -> dict[str, np.ndarray]:
+    return {"w": _flat(blocks).view(np.float16)}
+
+
+def _bf16(blocks: Bytes) -> dict[str, np.ndarray]:
+    return {"w": _flat(blocks).view(np.uint16)}
+
+
 _REPACK: dict[str, Callable[[Bytes], dict[str, np.ndarray]]] = {
     "q8_0": _q8_0,
     "q4_0": _q4_0,
     "q4_1": _q4_1,
+    "q5_0": _q5_0,
+    "q5_1": _q5_1,
+    "q2_k": _q2_k,
+    "q3_k": _q3_k,
     "q4_k": _q4_k,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "f16": _f16,
+    "bf16": _bf16,
 }
 
 

@@ -13,6 +13,8 @@ value order, value ``v`` of a ``b``-bit field in bits ``b * (v % (32 / b))`` of 
 ``v // (32 / b)``: 4-bit values eight to a word, K-quants' extra high bits beside them) and
 the block scales (and mins) as the file has them. Planes are indexed by plain division of
 the column, which the CPU schedule vectorises and dlight's GPU GEMV/Matmul rules recognise.
+F16 / BF16 weights of fp32 CPU artifacts use the same machinery: one plane of their 16-bit
+values, widened to fp32 in registers, so the weight stream stays half the size.
 """
 
 from __future__ import annotations
@@ -70,14 +72,14 @@ class QuantFormat:
 
 _NIBBLES = Plane("qs", "uint32", 8)
 _SCALES = Plane("d", "float16", 32)
-# K-quants: fp16 super-block scale (and min scale) per 256 values, 6-bit (Q4_K, Q5_K) or
-# int8 (Q6_K) sub-block scales per 32 / 16 values.
-_K_SCALES = (
-    Plane("d", "float16", 256),
-    Plane("dmin", "float16", 256),
-    Plane("sc", "uint8", 32),
-    Plane("mn", "uint8", 32),
-)
+_FIFTH_BITS = Plane("qh", "uint32", 32)
+"""The fifth (Q5_0, Q5_1, Q5_K) or third (Q3_K) bit of each value, 32 to a uint32 word."""
+_CRUMBS = Plane("qs", "uint32", 16)
+"""2-bit values (Q2_K, Q3_K), 16 to a uint32 word."""
+_K_SUPER_SCALES = (Plane("d", "float16", 256), Plane("dmin", "float16", 256))
+# K-quants: fp16 super-block scale (and min scale) per 256 values, 6-bit (Q4_K, Q5_K),
+# 4-bit (Q2_K) or int8 (Q3_K, Q6_K) sub-block scales per 32 / 16 values.
+_K_SCALES = (*_K_SUPER_SCALES, Plane("sc", "uint8", 32), Plane("mn", "uint8", 32))
 
 FORMATS: dict[str, QuantFormat] = {
     fmt.name: fmt
@@ -85,9 +87,24 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("q8_0", "Q8_0", 32, (Plane("qs", "int8", 1), _SCALES)),
         QuantFormat("q4_0", "Q4_0", 32, (_NIBBLES, _SCALES)),
         QuantFormat("q4_1", "Q4_1", 32, (_NIBBLES, _SCALES, Plane("m", "float16", 32))),
+        QuantFormat("q5_0", "Q5_0", 32, (_NIBBLES, _FIFTH_BITS, _SCALES)),
+        QuantFormat(
+            "q5_1", "Q5_1", 32, (_NIBBLES, _FIFTH_BITS, _SCALES, Plane("m", "float16", 32))
+        ),
+        QuantFormat(
+            "q2_k",
+            "Q2_K",
+            256,
+            (_CRUMBS, *_K_SUPER_SCALES, Plane("sc", "uint8", 16), Plane("mn", "uint8", 16)),
+        ),
+        QuantFormat(
+            "q3_k",
+            "Q3_K",
+            256,
+            (_CRUMBS, _FIFTH_BITS, Plane("sc", "int8", 16), Plane("d", "float16", 256)),
+        ),
         QuantFormat("q4_k", "Q4_K", 256, (_NIBBLES, *_K_SCALES)),
-        # The fifth bit of each value, 32 to a uint32 word.
-        QuantFormat("q5_k", "Q5_K", 256, (_NIBBLES, Plane("qh", "uint32", 32), *_K_SCALES)),
+        QuantFormat("q5_k", "Q5_K", 256, (_NIBBLES, _FIFTH_BITS, *_K_SCALES)),
         # The two high bits of each value, 16 to a uint32 word.
         QuantFormat(
             "q6_k",
@@ -100,6 +117,10 @@ FORMATS: dict[str, QuantFormat] = {
                 Plane("d", "float16", 256),
             ),
         ),
+        # 16-bit floats, one to an element (BF16 as its bit pattern: numpy has no bfloat16),
+        # counted in runs of 32 columns as the CPU schedule's dequantized tile is.
+        QuantFormat("f16", "F16", 32, (Plane("w", "float16", 1),)),
+        QuantFormat("bf16", "BF16", 32, (Plane("w", "uint16", 1),)),
         # int4 values, an fp16 scale and a zero point per group (checkpoints/int4_weights.py).
         *(
             QuantFormat(
@@ -124,6 +145,10 @@ FORMATS: dict[str, QuantFormat] = {
 
 _BY_GGML_TYPE = {fmt.ggml_type: fmt for fmt in FORMATS.values()}
 
+SIXTEEN_BIT_TYPES = ("F16", "BF16")
+"""Float types whose formats keep weights 16-bit and widen them in registers: worth it only
+where the artifact's float dtype is wider (CPU fp32 artifacts), see `choose_formats`."""
+
 
 def quant_format(name: str) -> QuantFormat:
     """The format called `name`; ValueError naming the supported ones."""
@@ -147,6 +172,7 @@ def check_weight_format_mode(mode: str) -> str:
 def choose_formats(
     weights: Mapping[str, tuple[Sequence[str], Sequence[int]]],
     tensor_types: Mapping[str, str],
+    keep_16_bit: bool = False,
 ) -> dict[str, str]:
     """Which weights stay quantized: parameter name -> format name.
 
@@ -154,13 +180,18 @@ def choose_formats(
     its logical shape); `tensor_types` maps checkpoint tensor names to ggml type names. A
     weight stays quantized when all its tensors share one type that has a format here and
     its rows are whole blocks; every other weight is left out (dequantized at load).
+    F16 / BF16 weights stay 16-bit only with `keep_16_bit` (otherwise they are converted to
+    the artifact's dtype at load, as float weights are).
     """
     chosen = {}
     for name, (sources, shape) in weights.items():
         types = {tensor_types.get(source) for source in sources}
         if len(types) != 1:
             continue
-        fmt = _BY_GGML_TYPE.get(next(iter(types)) or "")
+        stored = next(iter(types)) or ""
+        fmt = _BY_GGML_TYPE.get(stored)
+        if stored in SIXTEEN_BIT_TYPES and not keep_16_bit:
+            continue
         if fmt is not None and int(shape[-1]) % fmt.block_size == 0:
             chosen[name] = fmt.name
     return chosen

@@ -42,8 +42,9 @@ def add_weight_format_argument(parser: argparse.ArgumentParser) -> None:
         "--weight-format",
         choices=WEIGHT_FORMAT_MODES,
         default=option_default("weight_format"),
-        help="native: keep GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights quantized on the device "
-        "(dequantized inside the matmul); dequantized: dequantize every weight at load",
+        help="native: keep GGUF Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K weights "
+        "quantized on the device (dequantized inside the matmul), and F16/BF16 weights 16-bit "
+        "in fp32 CPU artifacts; dequantized: dequantize every weight at load",
     )
 
 

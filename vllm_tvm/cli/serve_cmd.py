@@ -20,33 +20,17 @@ from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 from vllm_tvm.cli.preflight import check_device, check_port, prepare_command_start
 from vllm_tvm.cli.registry_args import registry_settings_from_cli
+from vllm_tvm.cli.serve_args import add_server_arguments, server_settings_from_cli
 from vllm_tvm.cli.vllm_serve_flags import add_vllm_serve_flags
 from vllm_tvm.entrypoints.resolve import BeforeLoad, resolve_engine
-from vllm_tvm.runtime.engine.admission import (
-    DEFAULT_MAX_SEQUENCES_PER_REQUEST,
-    DEFAULT_MAX_WAITING_REQUESTS,
-)
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
-from vllm_tvm.server.config import (
-    DEFAULT_MAX_LOGPROBS,
-    DEFAULT_MAX_REQUEST_BODY_BYTES,
-    DEFAULT_REQUEST_READ_TIMEOUT,
-    ServerConfig,
-)
+from vllm_tvm.server.config import ServerConfig
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "guidance")
 """`backend` values --structured-outputs-config accepts: the one backend there is (llguidance)."""
 
 
-def _parser_names() -> tuple[list[str], list[str]]:
-    from vllm_tvm.server.reasoning_parsers import reasoning_parser_names
-    from vllm_tvm.server.tool_parsers import tool_parser_names
-
-    return tool_parser_names(), ["none", *reasoning_parser_names()]
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    tool_parsers, reasoning_parsers = _parser_names()
     parser = subparsers.add_parser(
         "serve",
         help="run the OpenAI-compatible HTTP server",
@@ -59,42 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="MODEL",
         help="same as --model (a path, or a Hugging Face id in the local cache)",
     )
-    parser.add_argument("--host", default="0.0.0.0", help="bind host (default 0.0.0.0)")
-    parser.add_argument("--port", type=int, default=8000, help="bind port (default 8000)")
-    parser.add_argument(
-        "--served-model-name",
-        nargs="+",
-        default=None,
-        help="model id(s) in /v1/models and responses (default: the model's base name)",
-    )
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("VLLM_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on every route but /health and /ping "
-        "(default: $VLLM_API_KEY)",
-    )
     add_engine_arguments(parser)
-    parser.add_argument(
-        "--max-logprobs",
-        type=int,
-        default=DEFAULT_MAX_LOGPROBS,
-        help="most logprobs a request may ask for (-1: the vocabulary)",
-    )
-    parser.add_argument("--tool-call-parser", choices=tool_parsers, default="hermes")
+    add_server_arguments(parser)
     parser.add_argument(
         "--enable-auto-tool-choice",
         action="store_true",
         help="accepted for vLLM command lines: tool_choice 'auto' is always available",
-    )
-    parser.add_argument("--reasoning-parser", choices=reasoning_parsers, default="none")
-    parser.add_argument(
-        "--chat-template", default=None, help="chat template file, text, or checkpoint name"
-    )
-    parser.add_argument(
-        "--trust-request-chat-template",
-        action="store_true",
-        help="let requests send their own chat_template (rendered in a bounded sandbox); "
-        "refused by default",
     )
     parser.add_argument(
         "--structured-outputs-config",
@@ -104,109 +58,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help='structured-output options as JSON, e.g. \'{"disable_additional_properties": '
         "false}' to let JSON objects carry properties their schema does not list",
     )
-    parser.add_argument(
-        "--enable-thinking",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="set the enable_thinking chat-template variable (default: the template's)",
-    )
-    parser.add_argument(
-        "--enable-log-requests",
-        action="store_true",
-        default=True,
-        help="log each request (default on)",
-    )
-    parser.add_argument("--disable-log-requests", dest="enable_log_requests", action="store_false")
-    parser.add_argument("--enable-log-outputs", action="store_true", help="log each output")
-    parser.add_argument("--max-log-len", type=int, default=256, help="truncate logged text")
-    parser.add_argument(
-        "--enable-metrics", action="store_true", default=True, help="serve /metrics (default)"
-    )
-    parser.add_argument("--disable-metrics", dest="enable_metrics", action="store_false")
-    parser.add_argument(
-        "--enable-force-include-usage", action="store_true", help="usage in every stream"
-    )
-    parser.add_argument(
-        "--uvicorn-log-level",
-        default="info",
-        choices=("critical", "error", "warning", "info", "debug", "trace"),
-    )
-    parser.add_argument(
-        "--disable-uvicorn-access-log", action="store_true", help="no access log line per request"
-    )
-    parser.add_argument(
-        "--max-request-body-bytes",
-        type=int,
-        default=DEFAULT_MAX_REQUEST_BODY_BYTES,
-        help="answer 413 to a request body longer than this, before reading it "
-        f"(default {DEFAULT_MAX_REQUEST_BODY_BYTES}; 0: no limit)",
-    )
-    parser.add_argument(
-        "--request-read-timeout",
-        type=float,
-        default=DEFAULT_REQUEST_READ_TIMEOUT,
-        metavar="SECONDS",
-        help="close a connection whose request header, or body, takes longer than this to "
-        f"arrive (default {DEFAULT_REQUEST_READ_TIMEOUT:g})",
-    )
-    parser.add_argument(
-        "--max-sequences-per-request",
-        type=int,
-        default=DEFAULT_MAX_SEQUENCES_PER_REQUEST,
-        help="answer 400 to a request whose prompts x n exceed this "
-        f"(default {DEFAULT_MAX_SEQUENCES_PER_REQUEST})",
-    )
-    parser.add_argument(
-        "--max-waiting-requests",
-        type=int,
-        default=DEFAULT_MAX_WAITING_REQUESTS,
-        help="answer 429 to a request while this many wait for their first token "
-        f"(default {DEFAULT_MAX_WAITING_REQUESTS})",
-    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     add_vllm_serve_flags(parser)
     parser.set_defaults(run=run)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    """The server's settings from parsed flags (the default model when none is named)."""
+    """The server's settings from parsed flags and the environment (the default model when
+    none is named)."""
     from vllm_tvm.checkpoints.default_model import default_model_path
 
     if args.model_tag is not None and args.model is not None and args.model_tag != args.model:
         raise ValueError(f"two models given: {args.model_tag!r} and --model {args.model!r}")
     model = args.model or args.model_tag
-    served = args.served_model_name
+    settings = server_settings_from_cli(args, os.environ)
+    served = settings.pop("served_model_name", None)
     if model is None:
         model = str(default_model_path())
         served = served or [DEFAULT_MODEL_NAME]
     engine = serve_engine_args(args, model)
-    return ServerConfig(
-        engine=engine,
-        served_model_name=list(served or []),
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        max_logprobs=args.max_logprobs,
-        tool_call_parser=args.tool_call_parser,
-        reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
-        chat_template=args.chat_template,
-        enable_thinking=args.enable_thinking,
-        trust_request_chat_template=args.trust_request_chat_template,
-        disable_additional_properties=args.structured_outputs_config.get(
-            "disable_additional_properties", ServerConfig.disable_additional_properties
-        ),
-        enable_log_requests=args.enable_log_requests,
-        enable_log_outputs=args.enable_log_outputs,
-        max_log_len=args.max_log_len,
-        enable_metrics=args.enable_metrics,
-        enable_force_include_usage=args.enable_force_include_usage,
-        max_request_body_bytes=args.max_request_body_bytes,
-        request_read_timeout=args.request_read_timeout,
-        max_sequences_per_request=args.max_sequences_per_request,
-        max_waiting_requests=args.max_waiting_requests,
-        disable_uvicorn_access_log=args.disable_uvicorn_access_log,
-        uvicorn_log_level="debug" if args.verbose else args.uvicorn_log_level,
-    )
+    if "disable_additional_properties" in args.structured_outputs_config:
+        settings["disable_additional_properties"] = args.structured_outputs_config[
+            "disable_additional_properties"
+        ]
+    if args.verbose:
+        settings["uvicorn_log_level"] = "debug"
+    return ServerConfig(engine=engine, served_model_name=list(served or []), **settings)
 
 
 def structured_outputs_config(text: str) -> dict[str, object]:

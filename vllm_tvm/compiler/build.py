@@ -68,7 +68,13 @@ def make_request(options: CompileOptions) -> CompileRequest:
             f"unsupported dtype '{dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
     formats = plan_weight_formats(
-        model_path, config, spec, dtype, options.weight_format, options.quantization
+        model_path,
+        config,
+        spec,
+        dtype,
+        options.weight_format,
+        options.quantization,
+        options.tensor_parallel_size,
     )
     resolved = replace(
         options,

@@ -41,6 +41,7 @@ def plan_weight_formats(
     dtype: str,
     mode: str,
     quantization: str | None = None,
+    tensor_parallel_shards: int = 1,
 ) -> dict[str, str]:
     """Parameter name -> format name of every weight compiled quantized (empty: none).
 
@@ -48,6 +49,8 @@ def plan_weight_formats(
     `dequantized` (every weight is a float array, the path of checkpoints without blocks).
     `quantization` (checkpoints/group_quantization.py) quantizes a float checkpoint's linear
     and embedding weights whose rows are whole groups; a GGUF file is already quantized.
+    F16 / BF16 weights stay 16-bit in unsplit fp32 CPU artifacts (`tensor_parallel_shards`
+    1): a split takes float weights only.
     """
     check_weight_format_mode(mode)
     check_quantization(quantization)
@@ -76,7 +79,8 @@ def plan_weight_formats(
     candidates = {
         name: (weight_sources(name)[0], shape) for name, shape in quantizable_weights(model).items()
     }
-    return choose_formats(candidates, read_gguf_tensor_types(model_path))
+    keep_16_bit = target.kind == "llvm" and dtype == "float32" and tensor_parallel_shards == 1
+    return choose_formats(candidates, read_gguf_tensor_types(model_path), keep_16_bit)
 
 
 def _prequantized_formats(

@@ -20,6 +20,7 @@ from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
 from vllm_tvm.runtime.engine.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.runtime.tokenization.chat_messages import template_messages
 
 Conversation = Sequence[Mapping[str, Any]]
 """Chat messages (`{"role": ..., "content": ...}`), oldest first."""
@@ -108,7 +109,8 @@ class LLM:
     def chat_prompt_ids(self, conversation: Conversation, **template_options: Any) -> list[int]:
         """The token ids of `conversation` rendered by the chat template (`template_options`:
         chat_template, add_generation_prompt, tools, or the template's own variables)."""
-        rendered = self.tokenizer.apply_chat_template(list(conversation), **template_options)
+        messages = template_messages(conversation)
+        rendered = self.tokenizer.apply_chat_template(messages, **template_options)
         return self.tokenizer.encode(rendered, add_special_tokens=False)
 
     def get_default_sampling_params(self) -> SamplingParams:

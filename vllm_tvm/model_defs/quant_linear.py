@@ -72,30 +72,52 @@ def _q4_1(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return p.value("d", row, col) * p.field("qs", row, col) + p.value("m", row, col)
 
 
+def _q5_0(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q5_0: d * (q - 16), q 5-bit."""
+    return p.value("d", row, col) * (_with_high_bits(p, row, col) - _f32(16))
+
+
+def _q5_1(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q5_1: d * q + m, q 5-bit."""
+    return p.value("d", row, col) * _with_high_bits(p, row, col) + p.value("m", row, col)
+
+
+def _with_high_bits(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """q = low nibble + 16 * high bits (Q5_0, Q5_1, Q5_K: one bit; Q6_K: two), as fp32."""
+    return p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
+
+
 def _k_offset(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
-    """Q4_K/Q5_K sub-block offset dmin * min (ggml's `m1`)."""
+    """Q2_K/Q4_K/Q5_K sub-block offset dmin * min (ggml's `m1`)."""
     return p.value("dmin", row, col) * p.value("mn", row, col)
 
 
-def _q4_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
-    """ggml Q4_K: (d * scale) * q - dmin * min, q 4-bit, scale/min 6-bit per 32 values."""
+def _k_with_min(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q4_K and Q2_K: (d * scale) * q - dmin * min; Q4_K: q 4-bit, scale/min 6-bit
+    per 32 values; Q2_K: q 2-bit, scale/min 4-bit per 16 values."""
     scale = p.value("d", row, col) * p.value("sc", row, col)
     return scale * p.field("qs", row, col) - _k_offset(p, row, col)
+
+
+def _q3_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """ggml Q3_K: (d * scale) * (q - 4), q 3-bit (two low bits + 4 * high bit), scale int8
+    (6 bits less 32) per 16 values."""
+    scale = p.value("d", row, col) * p.value("sc", row, col)
+    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(4)
+    return scale * (q - _f32(4))
 
 
 def _q5_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """ggml Q5_K: as Q4_K with a fifth bit, q = low nibble + 16 * high bit."""
     scale = p.value("d", row, col) * p.value("sc", row, col)
-    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
-    return scale * q - _k_offset(p, row, col)
+    return scale * _with_high_bits(p, row, col) - _k_offset(p, row, col)
 
 
 def _q6_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """ggml Q6_K: (d * scale) * (q - 32), q 6-bit (nibble + 16 * two high bits), scale int8
     per 16 values."""
     scale = p.value("d", row, col) * p.value("sc", row, col)
-    q = p.field("qs", row, col) + p.field("qh", row, col) * _f32(16)
-    return scale * (q - _f32(32))
+    return scale * (_with_high_bits(p, row, col) - _f32(32))
 
 
 def _int4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
@@ -157,6 +179,17 @@ def _fp8_e4m3(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return value * p.value("s", row, col)
 
 
+def _f16(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """IEEE half: widened to fp32 (exact)."""
+    return p.value("w", row, col)
+
+
+def _bf16(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """bfloat16, held as its bits: the upper half of an fp32 bit pattern (exact)."""
+    bits = p.item("w", row, col).astype("uint32") << tirx.const(16, "uint32")
+    return tirx.reinterpret(ACCUMULATION_DTYPE, bits)
+
+
 def _f32(value: float) -> tirx.Expr:
     return tirx.const(value, ACCUMULATION_DTYPE)
 
@@ -165,9 +198,15 @@ _VALUE: dict[str, Value] = {
     "q8_0": _q8_0,
     "q4_0": _q4_0,
     "q4_1": _q4_1,
-    "q4_k": _q4_k,
+    "q5_0": _q5_0,
+    "q5_1": _q5_1,
+    "q2_k": _k_with_min,
+    "q3_k": _q3_k,
+    "q4_k": _k_with_min,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "f16": _f16,
+    "bf16": _bf16,
     "fp8_e4m3": _fp8_e4m3,
     "nvfp4": _nvfp4,
     "mxfp4": _mxfp4,

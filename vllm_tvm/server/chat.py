@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from vllm_tvm.runtime.tokenization.chat_messages import template_content
 from vllm_tvm.server.chat_output import (
     ChoiceOutputParser,
     ToolChoice,
@@ -29,7 +30,7 @@ from vllm_tvm.server.errors import APIError
 from vllm_tvm.server.generation import ChoiceDelta, ChoiceState, Generation, Prompt, PromptState
 from vllm_tvm.server.logprobs import chat_logprobs, prompt_logprobs_json
 from vllm_tvm.server.protocol import ChatCompletionRequest, NamedToolChoice
-from vllm_tvm.server.sampling import sampling_params, structured_outputs
+from vllm_tvm.server.sampling import check_fits_context, sampling_params, structured_outputs
 from vllm_tvm.server.serving import ServingContext, off_loop
 from vllm_tvm.server.sse import DONE, EventStreamResponse, sse, sse_error, sse_generation_failed
 
@@ -80,6 +81,7 @@ class ChatCall:
             if request.max_completion_tokens is not None
             else request.max_tokens
         )
+        check_fits_context(budget, [len(self.prompt.token_ids)], ctx.max_model_len)
         self.top_logprobs = request.top_logprobs or 0
         self.params = sampling_params(
             request,
@@ -87,6 +89,7 @@ class ChatCall:
             max_tokens=budget,
             logprobs=self.top_logprobs if request.logprobs else None,
             prompt_logprobs=request.prompt_logprobs,
+            ceiling=ctx.config.max_new_tokens,
             skip_special_tokens=False if keep_specials else None,
         )
         self.tools = (
@@ -101,7 +104,7 @@ class ChatCall:
         last = self.request.messages[-1] if self.request.messages else None
         if not self.request.echo or last is None or last.role != ROLE:
             return ""
-        return last.content if isinstance(last.content, str) else ""
+        return template_content(len(self.request.messages) - 1, last.content)
 
     def output_parser(self) -> ChoiceOutputParser:
         """A parser for one choice's text."""
@@ -204,7 +207,7 @@ async def create_chat_completion(
     )
     ctx.log_request(call.request_id, call.prompt_text, call.params)
     if request.stream:
-        return EventStreamResponse(_stream(call, generation))
+        return EventStreamResponse(_stream(call, generation), ctx.config.sse_ping_seconds)
     states = await ctx.run_to_end(generation, raw_request.receive)
     if states is None:
         return Response(status_code=int(HTTPStatus.NO_CONTENT))

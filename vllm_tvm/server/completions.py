@@ -22,7 +22,7 @@ from vllm_tvm.server.errors import APIError
 from vllm_tvm.server.generation import ChoiceDelta, ChoiceState, Generation, Prompt, PromptState
 from vllm_tvm.server.logprobs import completion_logprobs, prompt_logprobs_json
 from vllm_tvm.server.protocol import CompletionRequest
-from vllm_tvm.server.sampling import sampling_params, structured_outputs
+from vllm_tvm.server.sampling import check_fits_context, sampling_params, structured_outputs
 from vllm_tvm.server.serving import ServingContext, off_loop
 from vllm_tvm.server.sse import DONE, EventStreamResponse, sse, sse_error, sse_generation_failed
 
@@ -169,11 +169,15 @@ async def create_completion(
     prompts = await off_loop(completion_prompts, ctx, request)
     wants_echo_logprobs = request.echo and request.logprobs is not None
     score_only = request.echo and request.max_tokens == 0
+    if not score_only:
+        lengths = [len(prompt.token_ids) for prompt in prompts]
+        check_fits_context(request.max_tokens, lengths, ctx.max_model_len)
     params = sampling_params(
         request,
         defaults=ctx.sampling_defaults,
         max_tokens=1 if score_only else request.max_tokens,
         logprobs=request.logprobs,
+        ceiling=None if score_only else ctx.config.max_new_tokens,
         prompt_logprobs=(
             request.prompt_logprobs
             if request.prompt_logprobs is not None or not wants_echo_logprobs
@@ -197,7 +201,9 @@ async def create_completion(
         ctx.log_request(rid, prompt.text if prompt.text is not None else prompt.token_ids, params)
     formatter = CompletionFormatter(ctx, request, request_id)
     if request.stream:
-        return EventStreamResponse(_stream(ctx, request, generation, formatter))
+        return EventStreamResponse(
+            _stream(ctx, request, generation, formatter), ctx.config.sse_ping_seconds
+        )
     states = await ctx.run_to_end(generation, raw_request.receive)
     if states is None:
         return Response(status_code=int(HTTPStatus.NO_CONTENT))

@@ -20,6 +20,7 @@ from vllm_tvm.runtime.engine.admission import (
     AdmissionLimits,
 )
 from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.server.options import option, seconds, whole_number
 
 DEFAULT_MAX_LOGPROBS = 20
 
@@ -28,6 +29,23 @@ DEFAULT_MAX_REQUEST_BODY_BYTES = 32 * 1024 * 1024
 
 DEFAULT_REQUEST_READ_TIMEOUT = 30.0
 """Seconds a client has to send a request's header, and again to send its body."""
+
+DEFAULT_SSE_PING_SECONDS = 15.0
+"""Seconds between SSE comment frames while a stream waits (the reference server's)."""
+
+UVICORN_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def _tool_parser_names() -> list[str]:
+    from vllm_tvm.server.tool_parsers import tool_parser_names
+
+    return tool_parser_names()
+
+
+def _reasoning_parser_names() -> list[str]:
+    from vllm_tvm.server.reasoning_parsers import reasoning_parser_choices
+
+    return reasoning_parser_choices()
 
 
 @dataclass
@@ -38,31 +56,193 @@ class ServerConfig:
     `trust_request_chat_template` lets requests bring their own chat template (refused by
     default, as in vLLM); `disable_additional_properties` (default, as vLLM's default
     structured-output backend) lets a JSON object carry no property its schema does not
-    list, unless the schema says `additionalProperties`."""
+    list, unless the schema says `additionalProperties`. `max_new_tokens` (positive) caps
+    every request's output budget; None or 0: no cap. `sse_ping_seconds` is the gap
+    between SSE comment frames while a stream waits (0: none).
+
+    Each field a user sets carries its flag, help and environment variable (options.py);
+    the command line is built from them (cli/serve_args.py)."""
 
     engine: EngineArgs
-    served_model_name: list[str] = field(default_factory=list)
-    host: str = "0.0.0.0"
-    port: int = 8000
-    api_key: str | None = None
-    max_logprobs: int = DEFAULT_MAX_LOGPROBS
-    tool_call_parser: str = "hermes"
-    reasoning_parser: str | None = None
-    chat_template: str | None = None
-    enable_thinking: bool | None = None
-    trust_request_chat_template: bool = False
+    served_model_name: list[str] = field(
+        default_factory=list,
+        metadata=option(
+            flags=("--served-model-name",),
+            nargs="+",
+            help="model id(s) in /v1/models and responses (default: the model's base name)",
+        ),
+    )
+    host: str = field(
+        default="0.0.0.0", metadata=option(flags=("--host",), help="bind host (default {default})")
+    )
+    port: int = field(
+        default=8000,
+        metadata=option(flags=("--port",), parse=int, help="bind port (default {default})"),
+    )
+    api_key: str | None = field(
+        default=None,
+        metadata=option(
+            flags=("--api-key",),
+            env="VLLM_API_KEY",
+            help="require 'Authorization: Bearer KEY' on every route but /health and /ping "
+            "(default: $VLLM_API_KEY)",
+        ),
+    )
+    max_logprobs: int = field(
+        default=DEFAULT_MAX_LOGPROBS,
+        metadata=option(
+            flags=("--max-logprobs",),
+            parse=int,
+            help="most logprobs a request may ask for (-1: the vocabulary; default {default})",
+        ),
+    )
+    tool_call_parser: str = field(
+        default="hermes",
+        metadata=option(
+            flags=("--tool-call-parser",),
+            choices=_tool_parser_names,
+            help="how tool calls are read from the output (default {default})",
+        ),
+    )
+    reasoning_parser: str | None = field(
+        default=None,
+        metadata=option(
+            flags=("--reasoning-parser",),
+            choices=_reasoning_parser_names,
+            help="how reasoning is split from the answer (auto: from the chat template; "
+            "default none)",
+        ),
+    )
+    chat_template: str | None = field(
+        default=None,
+        metadata=option(
+            flags=("--chat-template",), help="chat template file, text, or checkpoint name"
+        ),
+    )
+    enable_thinking: bool | None = field(
+        default=None,
+        metadata=option(
+            flags=("--enable-thinking",),
+            kind="boolean",
+            help="set the enable_thinking chat-template variable (default: the template's)",
+        ),
+    )
+    trust_request_chat_template: bool = field(
+        default=False,
+        metadata=option(
+            flags=("--trust-request-chat-template",),
+            kind="switch",
+            help="let requests send their own chat_template (rendered in a bounded sandbox); "
+            "refused by default",
+        ),
+    )
     disable_additional_properties: bool = True
-    enable_log_requests: bool = True
-    enable_log_outputs: bool = False
-    max_log_len: int = 256
-    enable_metrics: bool = True
-    enable_force_include_usage: bool = False
-    max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES
-    request_read_timeout: float = DEFAULT_REQUEST_READ_TIMEOUT
-    max_sequences_per_request: int = DEFAULT_MAX_SEQUENCES_PER_REQUEST
-    max_waiting_requests: int = DEFAULT_MAX_WAITING_REQUESTS
-    disable_uvicorn_access_log: bool = False
-    uvicorn_log_level: str = "info"
+    enable_log_requests: bool = field(
+        default=True,
+        metadata=option(
+            flags=("--enable-log-requests",),
+            kind="switch",
+            negations=("--disable-log-requests",),
+            help="log each request (default on)",
+        ),
+    )
+    enable_log_outputs: bool = field(
+        default=False,
+        metadata=option(flags=("--enable-log-outputs",), kind="switch", help="log each output"),
+    )
+    max_log_len: int = field(
+        default=256,
+        metadata=option(
+            flags=("--max-log-len",), parse=int, help="truncate logged text (default {default})"
+        ),
+    )
+    enable_metrics: bool = field(
+        default=True,
+        metadata=option(
+            flags=("--enable-metrics",),
+            kind="switch",
+            negations=("--disable-metrics",),
+            help="serve /metrics (default)",
+        ),
+    )
+    enable_force_include_usage: bool = field(
+        default=False,
+        metadata=option(
+            flags=("--enable-force-include-usage",), kind="switch", help="usage in every stream"
+        ),
+    )
+    max_request_body_bytes: int = field(
+        default=DEFAULT_MAX_REQUEST_BODY_BYTES,
+        metadata=option(
+            flags=("--max-request-body-bytes",),
+            parse=int,
+            help="answer 413 to a request body longer than this, before reading it "
+            "(default {default}; 0: no limit)",
+        ),
+    )
+    request_read_timeout: float = field(
+        default=DEFAULT_REQUEST_READ_TIMEOUT,
+        metadata=option(
+            flags=("--request-read-timeout",),
+            parse=float,
+            metavar="SECONDS",
+            help="close a connection whose request header, or body, takes longer than this to "
+            "arrive (default {default:g})",
+        ),
+    )
+    max_sequences_per_request: int = field(
+        default=DEFAULT_MAX_SEQUENCES_PER_REQUEST,
+        metadata=option(
+            flags=("--max-sequences-per-request",),
+            parse=int,
+            help="answer 400 to a request whose prompts x n exceed this (default {default})",
+        ),
+    )
+    max_waiting_requests: int = field(
+        default=DEFAULT_MAX_WAITING_REQUESTS,
+        metadata=option(
+            flags=("--max-waiting-requests",),
+            parse=int,
+            help="answer 429 to a request while this many wait for their first token "
+            "(default {default})",
+        ),
+    )
+    disable_uvicorn_access_log: bool = field(
+        default=False,
+        metadata=option(
+            flags=("--disable-uvicorn-access-log",),
+            kind="switch",
+            help="no access log line per request",
+        ),
+    )
+    uvicorn_log_level: str = field(
+        default="info", metadata=option(flags=("--uvicorn-log-level",), choices=UVICORN_LOG_LEVELS)
+    )
+    enable_tokenizer_info_endpoint: bool = field(
+        default=False,
+        metadata=option(
+            flags=("--enable-tokenizer-info-endpoint",),
+            kind="switch",
+            help="serve GET /tokenizer_info (special tokens, chat template) for remote tokenizers",
+        ),
+    )
+    max_new_tokens: int | None = field(
+        default=None,
+        metadata=option(
+            env="VT_SERVER_MAX_NEW_TOKENS",
+            parse=whole_number,
+            help="the most tokens any request generates (unset or 0: no cap)",
+        ),
+    )
+    sse_ping_seconds: float = field(
+        default=DEFAULT_SSE_PING_SECONDS,
+        metadata=option(
+            env="VT_SERVER_SSE_PING_S",
+            parse=seconds,
+            help="seconds between SSE comment frames while a stream waits (default {default:g}; "
+            "0: none)",
+        ),
+    )
 
     def __post_init__(self) -> None:
         self.admission_limits  # noqa: B018 - refuses limits below 1 now, not at launch

@@ -163,8 +163,8 @@ class SamplingFields(_Request):
 
 class CompletionRequest(SamplingFields):
     """POST /v1/completions. `prompt` is a string, a list of strings, a list of token ids or
-    a list of token-id lists; `max_tokens` must be at least 1, or 0 with `echo` (score the
-    prompt: return it, and its logprobs, with no generated token)."""
+    a list of token-id lists; `max_tokens` of 0 with `echo` scores the prompt (returns it,
+    and its logprobs, with no generated token); otherwise a non-positive one is unset."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = 16
@@ -217,7 +217,7 @@ class ChatMessage(_Body):
 
 class ChatCompletionRequest(SamplingFields):
     """POST /v1/chat/completions. `max_completion_tokens` takes precedence over the older
-    `max_tokens`; unset means up to the length limit."""
+    `max_tokens`; unset (or non-positive) means up to the length limit."""
 
     messages: list[ChatMessage]
     max_tokens: int | None = None

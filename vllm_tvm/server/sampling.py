@@ -4,6 +4,12 @@ Why it exists: both generation routes map the same OpenAI/vLLM fields onto the e
 the same defaults (the checkpoint's generation_config.json values for fields the request
 leaves unset, as vLLM does) and the same refusals, named: a constraint may come from
 `response_format`, vLLM's `structured_outputs` or a legacy `guided_*` field, but only one.
+
+The output budget: a non-positive `max_tokens` is unset, not an error (clients such as
+Hermes send -1 for "no client limit"), and unset means up to the context left after the
+prompt, as vLLM does; a positive one larger than that context is vLLM's 400 naming both
+lengths, since it cannot be honoured. The serving side may cap every budget
+(`ServerConfig.max_new_tokens`, $VT_SERVER_MAX_NEW_TOKENS).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
+from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.structured_output import (
     StructuredOutputsParams,
     structured_outputs_from_response_format,
@@ -29,6 +35,42 @@ _DEFAULTED = {
 }
 
 
+def is_set(max_tokens: int | None) -> bool:
+    """Whether a requested budget counts: unset, zero and negative values do not."""
+    return max_tokens is not None and max_tokens > 0
+
+
+def check_fits_context(
+    max_tokens: int | None, prompt_lengths: list[int], max_model_len: int
+) -> None:
+    """vLLM's 400 for a set budget that a prompt leaves no room for, naming both lengths. A
+    prompt at or past the context is left to the engine, which refuses it by its length."""
+    if not is_set(max_tokens):
+        return
+    for prompt_length in prompt_lengths:
+        if prompt_length < max_model_len and prompt_length + max_tokens > max_model_len:
+            raise APIError(
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                f"model's maximum context length is {max_model_len} tokens and your request "
+                f"has {prompt_length} input tokens ({max_tokens} > {max_model_len} - "
+                f"{prompt_length}).",
+                param="max_tokens",
+            )
+
+
+def output_budget(
+    max_tokens: int | None, defaults: Mapping[str, int | float], ceiling: int | None
+) -> int | None:
+    """The most tokens to generate (None: up to the context). An unset request budget takes
+    the checkpoint's max_new_tokens if it has one; `ceiling` (positive) caps the result."""
+    budget = max_tokens if is_set(max_tokens) else None
+    if budget is None and "max_tokens" in defaults:
+        budget = int(defaults["max_tokens"])
+    if ceiling is not None and ceiling > 0:
+        budget = ceiling if budget is None else min(budget, ceiling)
+    return budget
+
+
 def sampling_params(
     request: SamplingFields,
     *,
@@ -36,22 +78,19 @@ def sampling_params(
     max_tokens: int | None,
     logprobs: int | None,
     prompt_logprobs: int | None,
+    ceiling: int | None = None,
     skip_special_tokens: bool | None = None,
 ) -> SamplingParams:
     """The engine parameters of `request`; APIError 400 naming the bad value.
 
-    `max_tokens` is the request's budget (None: unset, then the checkpoint's max_new_tokens
-    if it has one, else up to the length limit; below 1 is refused, as vLLM does);
+    `max_tokens` is the request's budget and `ceiling` the server's (`output_budget`);
     `skip_special_tokens` None keeps the request's value.
     """
     values: dict[str, Any] = {}
     for name, fallback in _DEFAULTED.items():
         given = getattr(request, name)
         values[name] = given if given is not None else defaults.get(name, fallback)
-    if max_tokens is None:
-        max_tokens = int(defaults["max_tokens"]) if "max_tokens" in defaults else None
     try:
-        check_requested_max_tokens(max_tokens)
         return SamplingParams(
             n=request.n,
             best_of=getattr(request, "best_of", None),
@@ -63,7 +102,7 @@ def sampling_params(
             bad_words=request.bad_words,
             include_stop_str_in_output=request.include_stop_str_in_output,
             ignore_eos=request.ignore_eos,
-            max_tokens=max_tokens,
+            max_tokens=output_budget(max_tokens, defaults, ceiling),
             min_tokens=request.min_tokens,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,

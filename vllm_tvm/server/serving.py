@@ -11,7 +11,6 @@ loop (`off_loop`), where they cannot hold up other clients.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 import uuid
@@ -29,6 +28,7 @@ from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.runtime.tokenization import ChatTemplateError, Tokenizer
+from vllm_tvm.runtime.tokenization.chat_messages import UnsupportedContentError, template_messages
 from vllm_tvm.server.config import ServerConfig
 from vllm_tvm.server.errors import APIError
 from vllm_tvm.server.generation import (
@@ -39,12 +39,10 @@ from vllm_tvm.server.generation import (
 )
 from vllm_tvm.server.logprobs import TokenText
 from vllm_tvm.server.protocol import ChatMessage, Tool
-from vllm_tvm.server.reasoning_parsers import ReasoningParser, get_reasoning_parser
+from vllm_tvm.server.reasoning_parsers import ReasoningParser, reasoning_parser_for
 from vllm_tvm.server.tool_parsers import ToolParser, get_tool_parser
 
 logger = logging.getLogger("vllm_tvm.server")
-
-NO_PARSER = "none"
 
 UNTRUSTED_TEMPLATE = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "
@@ -75,52 +73,6 @@ def read_chat_template(value: str | None) -> str | None:
     except OSError:  # a template text too long to be a path
         pass
     return value
-
-
-def _flatten_content(index: int, content: object) -> object:
-    """Text content parts joined by newlines (how vLLM feeds string-content templates)."""
-    if not isinstance(content, list):
-        return content
-    texts = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind != "text" or not isinstance(part.get("text"), str):
-            raise APIError(
-                f"messages[{index}]: unsupported content part {kind!r}; supported: 'text'",
-                param="messages",
-            )
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
-def _template_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tool calls with their JSON-text arguments decoded, as chat templates expect."""
-    result = []
-    for call in calls:
-        call = dict(call)
-        function = call.get("function")
-        if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
-            try:
-                arguments = json.loads(function["arguments"])
-            except json.JSONDecodeError:
-                arguments = None
-            if isinstance(arguments, dict):
-                call["function"] = {**function, "arguments": arguments}
-        result.append(call)
-    return result
-
-
-def template_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """Request messages as the dicts a chat template reads."""
-    result = []
-    for index, message in enumerate(messages):
-        item = message.model_dump(exclude_unset=True)
-        if "content" in item:
-            item["content"] = _flatten_content(index, item["content"])
-        if item.get("tool_calls"):
-            item["tool_calls"] = _template_tool_calls(item["tool_calls"])
-        result.append(item)
-    return result
 
 
 def clipped(text: str, limit: int) -> str:
@@ -156,10 +108,8 @@ class ServingContext:
         self.tool_parser: ToolParser = get_tool_parser(
             config.tool_call_parser, self.chat_template or self.tokenizer.chat_template
         )
-        self.reasoning_parser: ReasoningParser | None = (
-            None
-            if config.reasoning_parser in (None, NO_PARSER)
-            else get_reasoning_parser(config.reasoning_parser)
+        self.reasoning_parser: ReasoningParser | None = reasoning_parser_for(
+            config.reasoning_parser, self.chat_template or self.tokenizer.chat_template
         )
         model_path = Path(config.engine.model)
         self.sampling_defaults = (
@@ -218,7 +168,10 @@ class ServingContext:
             chat_template = template_kwargs.get("chat_template")
         if chat_template is not None and not self.config.trust_request_chat_template:
             raise APIError(UNTRUSTED_TEMPLATE, param="chat_template")
-        chat = template_messages(messages)
+        try:
+            chat = template_messages([item.model_dump(exclude_unset=True) for item in messages])
+        except UnsupportedContentError as err:
+            raise APIError(str(err), param="messages") from err
         tool_dicts = [tool.model_dump(exclude_none=True) for tool in tools] if tools else None
         extra = {name: value for name, value in template_kwargs.items() if name != "chat_template"}
         if continue_final_message:

@@ -5,8 +5,9 @@ and the engine all pass around. Keeping vLLM's names, defaults and validation me
 code written against vLLM run unchanged, and validating once here lets the sampler trust it.
 
 Deliberate differences from vLLM: `max_tokens <= 0` means unset (clients send -1 for "no
-limit") instead of an error (the OpenAI server and the CLI, whose surface is vLLM's, refuse it
-with vLLM's message through `check_requested_max_tokens`); `best_of` is accepted only as a
+limit") instead of an error, as the OpenAI server also reads it (the reference server's rule;
+`vllm-tvm generate --max-tokens` still refuses it with vLLM's message through
+`check_requested_max_tokens`); `best_of` is accepted only as a
 no-op (unset or equal to `n`); `logprobs=False` means no logprobs; temperatures in (0, 1e-2)
 are used as given, not raised to 1e-2, and temperature has no upper bound (the newest vLLM
 refuses above 2).

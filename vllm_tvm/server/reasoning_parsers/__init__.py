@@ -6,9 +6,12 @@ generation and ``parser.streamer()`` gives a state machine for text deltas. The 
 yields is what a tool-call parser reads next.
 """
 
+from vllm_tvm.server.reasoning_parsers.auto import detect_reasoning_parser
 from vllm_tvm.server.reasoning_parsers.base import Opening, ReasoningParser, ReasoningStreamer
 from vllm_tvm.server.reasoning_parsers.registry import (
     get_reasoning_parser,
+    reasoning_parser_choices,
+    reasoning_parser_for,
     reasoning_parser_names,
 )
 
@@ -16,6 +19,9 @@ __all__ = [
     "Opening",
     "ReasoningParser",
     "ReasoningStreamer",
+    "detect_reasoning_parser",
     "get_reasoning_parser",
+    "reasoning_parser_choices",
+    "reasoning_parser_for",
     "reasoning_parser_names",
 ]

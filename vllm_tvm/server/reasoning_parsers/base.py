@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from vllm_tvm.server.tool_parsers.scanning import partial_marker_length, skip_whitespace
 
@@ -39,12 +39,16 @@ class TagSplitter:
     """Incremental splitter of one generation at ``open_tag`` / ``close_tag``.
 
     ``advance(text, final)`` reads the grown text and returns new (field, text) pieces, field
-    being ``"reasoning_content"`` or ``"content"``.
+    being ``"reasoning_content"`` or ``"content"``. An ``answer_header`` right after the
+    closing tag (the header of the message that holds the answer) is not content.
     """
 
-    def __init__(self, open_tag: str, close_tag: str, opening: Opening) -> None:
+    def __init__(
+        self, open_tag: str, close_tag: str, opening: Opening, answer_header: str = ""
+    ) -> None:
         self._open = open_tag
         self._close = close_tag
+        self._answer_header = answer_header
         self._opening = opening
         self._pos = 0
         self._search_from = 0
@@ -122,6 +126,12 @@ class TagSplitter:
         self._pos = skip_whitespace(text, self._pos)
         if self._pos >= len(text):
             return False
+        header = self._answer_header
+        head = text[self._pos : self._pos + len(header)]
+        if header and head == header:
+            self._pos += len(header)
+        elif header and header.startswith(head) and not final:
+            return False
         self._state = self._content
         return True
 
@@ -131,11 +141,18 @@ class TagSplitter:
         return False
 
 
+class Splitter(Protocol):
+    """What both paths drive: ``advance(text, final)`` reads the grown text and returns new
+    (field, text) pieces (``TagSplitter`` is the usual one)."""
+
+    def advance(self, text: str, final: bool) -> list[tuple[str, str]]: ...
+
+
 class ReasoningStreamer:
     """Turns a generation, fed delta by delta, into OpenAI deltas: ``{"reasoning_content":
     str}`` pieces, then ``{"content": str}`` pieces."""
 
-    def __init__(self, splitter: TagSplitter) -> None:
+    def __init__(self, splitter: Splitter) -> None:
         self._splitter = splitter
         self._text = ""
 
@@ -169,6 +186,7 @@ class ReasoningParser(ABC):
     name: ClassVar[str]
     open_tag: ClassVar[str]
     close_tag: ClassVar[str]
+    answer_header: ClassVar[str] = ""
 
     @abstractmethod
     def opening(self, prompt: str | None, enable_thinking: bool | None) -> Opening:
@@ -191,5 +209,10 @@ class ReasoningParser(ABC):
         """A streaming splitter for one generation."""
         return ReasoningStreamer(self._splitter(prompt, enable_thinking))
 
-    def _splitter(self, prompt: str | None, enable_thinking: bool | None) -> TagSplitter:
-        return TagSplitter(self.open_tag, self.close_tag, self.opening(prompt, enable_thinking))
+    def _splitter(self, prompt: str | None, enable_thinking: bool | None) -> Splitter:
+        return TagSplitter(
+            self.open_tag,
+            self.close_tag,
+            self.opening(prompt, enable_thinking),
+            self.answer_header,
+        )

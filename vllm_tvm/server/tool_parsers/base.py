@@ -26,7 +26,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from vllm_tvm.server.tool_parsers.scanning import (
     Incomplete,
@@ -295,11 +295,24 @@ class ToolCallStreamer:
         return deltas
 
 
-class ToolParser(ABC):
-    """A tool-call dialect: ``extract`` for whole texts, ``streamer`` for streams."""
+class ToolParser:
+    """A tool-call dialect under one name: ``extract`` for whole texts, ``streamer`` for
+    streams.
 
-    name: ClassVar[str]
-    reader_type: ClassVar[type[DialectReader]]
+    A dialect that needs nothing but its reader is ``ToolParser(name, reader_type)``;
+    subclasses fix both as class attributes and override what differs (call ids).
+    """
+
+    name: str
+    reader_type: type[DialectReader]
+
+    def __init__(
+        self, name: str | None = None, reader_type: type[DialectReader] | None = None
+    ) -> None:
+        if name is not None:
+            self.name = name
+        if reader_type is not None:
+            self.reader_type = reader_type
 
     def reader(self, tools: Tools | None) -> DialectReader:
         """A fresh incremental reader (a ``reader_type``) for one generated text."""

@@ -1,4 +1,4 @@
-"""DeepSeek V3 / R1 tool calls, between DeepSeek's special tokens.
+"""DeepSeek V3 / R1 / V3.1 and Kimi K2 tool calls, between special tokens.
 
 The tokens are written here with ASCII ``|`` and ``_``; the real ones use the full-width bar
 U+FF5C and U+2581 between words (see the constants). V3 and the R1 distills write, inside
@@ -10,14 +10,17 @@ U+FF5C and U+2581 between words (see the constants). V3 and the R1 distills writ
     ```<|tool_call_end|>
 
 V3.1 drops the type and the fence: ``<|tool_call_begin|>NAME<|tool_sep|>{...}<|tool_call_end|>``.
-Both are read: after the separator a ``{`` means the V3.1 form. A missing closing fence, call
+Both are read: after the separator a ``{`` means the V3.1 form. Kimi K2 writes the V3.1 shape
+with its own tokens and ``functions.NAME:INDEX`` for the name. A missing closing fence, call
 end or block end at the very end of the generation is tolerated (one of DeepSeek's own
 templates leaves the block end out after a single call).
 """
 
 from __future__ import annotations
 
-from vllm_tvm.server.tool_parsers.base import MalformedToolCall, State, ToolParser, Tools
+from typing import ClassVar
+
+from vllm_tvm.server.tool_parsers.base import MalformedToolCall, State, Tools
 from vllm_tvm.server.tool_parsers.json_call import JsonObjectDialect
 from vllm_tvm.server.tool_parsers.scanning import (
     Incomplete,
@@ -40,6 +43,12 @@ FENCE_LANGUAGE = "json"
 class DeepSeekV3Reader(JsonObjectDialect):
     """Content, then one block of calls; text after the block is dropped."""
 
+    CALLS_BEGIN: ClassVar[str] = CALLS_BEGIN
+    CALLS_END: ClassVar[str] = CALLS_END
+    CALL_BEGIN: ClassVar[str] = CALL_BEGIN
+    CALL_END: ClassVar[str] = CALL_END
+    SEPARATOR: ClassVar[str] = SEPARATOR
+
     def __init__(self, tools: Tools | None) -> None:
         super().__init__(tools)
         self._head = ""
@@ -50,34 +59,34 @@ class DeepSeekV3Reader(JsonObjectDialect):
         return self._in_content
 
     def _in_content(self, text: str, final: bool) -> bool:
-        return self._content_until(text, final, CALLS_BEGIN, self._in_block)
+        return self._content_until(text, final, self.CALLS_BEGIN, self._in_block)
 
     def _in_block(self, text: str, final: bool) -> bool:
         pos = skip_whitespace(text, self._pos)
         if pos >= len(text) and final and self._calls:
             self._state = self._drop_rest
             return True
-        if match_literal(text, pos, CALL_BEGIN):
-            self._pos = pos + len(CALL_BEGIN)
+        if match_literal(text, pos, self.CALL_BEGIN):
+            self._pos = pos + len(self.CALL_BEGIN)
             self._state = self._call_head
             return True
-        if match_literal(text, pos, CALLS_END) and self._calls:
-            self._pos = self.committed = pos + len(CALLS_END)
+        if match_literal(text, pos, self.CALLS_END) and self._calls:
+            self._pos = self.committed = pos + len(self.CALLS_END)
             self._state = self._drop_rest
             return True
-        raise MalformedToolCall(f"expected {CALL_BEGIN} in the tool-call block")
+        raise MalformedToolCall(f"expected {self.CALL_BEGIN} in the tool-call block")
 
     def _call_head(self, text: str, final: bool) -> bool:
-        found = find_first(text, self._pos, (SEPARATOR,))
+        found = find_first(text, self._pos, (self.SEPARATOR,))
         if found is None:
             head = text[
-                self._pos : len(text) - partial_marker_length(text, self._pos, (SEPARATOR,))
+                self._pos : len(text) - partial_marker_length(text, self._pos, (self.SEPARATOR,))
             ]
             if "\n" in head or "<" in head:
-                raise MalformedToolCall(f"expected {SEPARATOR} in a tool call")
+                raise MalformedToolCall(f"expected {self.SEPARATOR} in a tool call")
             raise Incomplete
         self._head = text[self._pos : found[0]].strip()
-        self._pos = found[0] + len(SEPARATOR)
+        self._pos = found[0] + len(self.SEPARATOR)
         self._state = self._after_separator
         return True
 
@@ -86,7 +95,7 @@ class DeepSeekV3Reader(JsonObjectDialect):
         if pos >= len(text):
             raise Incomplete
         if text[pos] == "{":
-            self._begin_call(self._head)
+            self._begin_call(self.call_name(self._head))
             self._fenced = False
             self._pos = pos
             self._state = self._arguments_open
@@ -99,6 +108,11 @@ class DeepSeekV3Reader(JsonObjectDialect):
         self._pos = found[0]
         self._state = self._opening_fence
         return True
+
+    def call_name(self, head: str) -> str:
+        """The function name in the text between the call's begin token and the separator
+        (DeepSeek V3.1 writes the name alone there)."""
+        return head
 
     def _begin_call(self, name: str) -> None:
         if not name or any(c.isspace() for c in name):
@@ -128,7 +142,7 @@ class DeepSeekV3Reader(JsonObjectDialect):
         return True
 
     def _call_end(self, text: str, final: bool) -> bool:
-        self._pos = self.committed = self._optional(text, final, CALL_END)
+        self._pos = self.committed = self._optional(text, final, self.CALL_END)
         self._state = self._in_block
         return True
 
@@ -144,8 +158,15 @@ class DeepSeekV3Reader(JsonObjectDialect):
         return end
 
 
-class DeepSeekV3ToolParser(ToolParser):
-    """``deepseek_v3``: DeepSeek V3 / R1 calls (and the V3.1 unfenced form)."""
+class KimiK2Reader(DeepSeekV3Reader):
+    """``kimi_k2``: ``<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>
+    {...}<|tool_call_end|>`` calls in a ``<|tool_calls_section_begin|>`` section."""
 
-    name = "deepseek_v3"
-    reader_type = DeepSeekV3Reader
+    CALLS_BEGIN = "<|tool_calls_section_begin|>"
+    CALLS_END = "<|tool_calls_section_end|>"
+    CALL_BEGIN = "<|tool_call_begin|>"
+    CALL_END = "<|tool_call_end|>"
+    SEPARATOR = "<|tool_call_argument_begin|>"
+
+    def call_name(self, head: str) -> str:
+        return head.rpartition(":")[0].removeprefix("functions.") if ":" in head else head

@@ -9,7 +9,7 @@ call only if it has exactly a string ``name`` and an object of ``parameters`` (o
 
 from __future__ import annotations
 
-from vllm_tvm.server.tool_parsers.base import LeadingCallDialect, ToolParser
+from vllm_tvm.server.tool_parsers.base import LeadingCallDialect
 from vllm_tvm.server.tool_parsers.json_call import JsonObjectDialect
 from vllm_tvm.server.tool_parsers.scanning import skip_optional, skip_whitespace
 
@@ -68,10 +68,3 @@ class Llama3JsonReader(JsonObjectDialect, LeadingCallDialect):
         self._pos = skip_optional(text, pos, PYTHON_TAG, final)
         self._state = self._call_object
         return True
-
-
-class Llama3JsonToolParser(ToolParser):
-    """``llama3_json``: Llama 3.x JSON calls."""
-
-    name = "llama3_json"
-    reader_type = Llama3JsonReader

@@ -6,7 +6,7 @@ without tool support, so the server's code path is the same whether or not calls
 
 from __future__ import annotations
 
-from vllm_tvm.server.tool_parsers.base import DialectReader, State, ToolParser
+from vllm_tvm.server.tool_parsers.base import DialectReader, State
 
 
 class PlainTextReader(DialectReader):
@@ -19,10 +19,3 @@ class PlainTextReader(DialectReader):
         self._content(text[self.committed :])
         self.committed = len(text)
         return False
-
-
-class NoneToolParser(ToolParser):
-    """``none``: everything is content."""
-
-    name = "none"
-    reader_type = PlainTextReader

@@ -1,7 +1,8 @@
 """Pythonic tool calls: ``[get_weather(city='Paris', days=3), search(q="x")]``.
 
 The format of Llama 3.2/4's pythonic templates and of LFM2 (which wraps the list in
-``<|tool_call_start|>...<|tool_call_end|>``; Llama 4 may use ``<|python_start|>``). Unwrapped,
+``<|tool_call_start|>...<|tool_call_end|>``; Llama 4 may use ``<|python_start|>``). OLMo 3
+writes the calls one per line, without the list, in ``<function_calls>``. Unwrapped,
 the list must be the whole message; wrapped, content may come first. Arguments are keyword
 arguments whose values are Python literals, read with ``ast`` and never evaluated; each is
 sent as soon as it is complete, as one more member of the arguments JSON object.
@@ -11,15 +12,20 @@ from __future__ import annotations
 
 import json
 import re
+from typing import ClassVar
 
 from vllm_tvm.server.tool_parsers.base import (
     LeadingCallDialect,
     MalformedToolCall,
-    ToolParser,
     Tools,
 )
 from vllm_tvm.server.tool_parsers.python_literals import parse_python_literal
-from vllm_tvm.server.tool_parsers.scanning import Incomplete, skip_optional, skip_whitespace
+from vllm_tvm.server.tool_parsers.scanning import (
+    Incomplete,
+    match_literal,
+    skip_optional,
+    skip_whitespace,
+)
 
 WRAPPERS = {"<|tool_call_start|>": "<|tool_call_end|>", "<|python_start|>": "<|python_end|>"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
@@ -99,8 +105,12 @@ class PythonValueScanner:
 class PythonicReader(LeadingCallDialect):
     """A leading call list, or content then wrapped call lists."""
 
+    WRAPPERS: ClassVar[dict[str, str]] = WRAPPERS
+    BARE_IN_WRAPPER: ClassVar[bool] = False
+
     def __init__(self, tools: Tools | None) -> None:
         super().__init__(tools)
+        self._bare = False
         self._wrapper_end: str | None = None
         self._keywords: set[str] = set()
         self._keyword = ""
@@ -115,15 +125,15 @@ class PythonicReader(LeadingCallDialect):
         return True
 
     def _in_content(self, text: str, final: bool) -> bool:
-        index = self._read_content(text, final, tuple(WRAPPERS))
+        index = self._read_content(text, final, tuple(self.WRAPPERS))
         if index is None:
             return False
         self._open_wrapper(text, index)
         return True
 
     def _open_wrapper(self, text: str, index: int) -> None:
-        start = next(w for w in WRAPPERS if text.startswith(w, index))
-        self._wrapper_end = WRAPPERS[start]
+        start = next(w for w in self.WRAPPERS if text.startswith(w, index))
+        self._wrapper_end = self.WRAPPERS[start]
         self._pos = index + len(start)
         self._state = self._list_open
 
@@ -131,9 +141,10 @@ class PythonicReader(LeadingCallDialect):
         pos = skip_whitespace(text, self._pos)
         if pos >= len(text):
             raise Incomplete
-        if text[pos] != "[":
+        self._bare = text[pos] != "["
+        if self._bare and not self.BARE_IN_WRAPPER:
             raise MalformedToolCall("expected '[' to open the call list")
-        self._pos = pos + 1
+        self._pos = pos if self._bare else pos + 1
         self._state = self._call_name
         return True
 
@@ -189,6 +200,8 @@ class PythonicReader(LeadingCallDialect):
 
     def _after_call(self, text: str, final: bool) -> bool:
         pos = skip_whitespace(text, self._pos)
+        if self._bare:
+            return self._after_bare_call(text, pos, final)
         if pos >= len(text):
             raise Incomplete
         self.committed = self._pos
@@ -202,6 +215,23 @@ class PythonicReader(LeadingCallDialect):
             raise MalformedToolCall("expected ',' or ']' after a call")
         return True
 
+    def _after_bare_call(self, text: str, pos: int, final: bool) -> bool:
+        """OLMo 3's calls, one per line with no list around them, end at the wrapper's end
+        (or the end of the generation)."""
+        assert self._wrapper_end is not None
+        self.committed = self._pos
+        if pos >= len(text):
+            if not final:
+                raise Incomplete
+            self._state = self._drop_rest
+        elif match_literal(text, pos, self._wrapper_end):
+            self._pos = self.committed = pos + len(self._wrapper_end)
+            self._state = self._between_lists
+        else:
+            self._pos = pos + 1 if text[pos] == "," else pos
+            self._state = self._call_name
+        return True
+
     def _list_closed(self, text: str, final: bool) -> bool:
         assert self._wrapper_end is not None
         pos = skip_whitespace(text, self._pos)
@@ -210,7 +240,7 @@ class PythonicReader(LeadingCallDialect):
         return True
 
     def _between_lists(self, text: str, final: bool) -> bool:
-        index = self._skip_to(text, tuple(WRAPPERS))
+        index = self._skip_to(text, tuple(self.WRAPPERS))
         if index is None:
             return False
         self._open_wrapper(text, index)
@@ -236,8 +266,9 @@ def _identifier(text: str, pos: int, pattern: re.Pattern[str]) -> tuple[str, int
     return match.group(), match.end()
 
 
-class PythonicToolParser(ToolParser):
-    """``pythonic``: a Python list of calls with keyword arguments."""
+class Olmo3Reader(PythonicReader):
+    """``olmo3``: OLMo 3's calls, one per line, in ``<function_calls>...</function_calls>``
+    (a bracketed list is read too)."""
 
-    name = "pythonic"
-    reader_type = PythonicReader
+    WRAPPERS: ClassVar[dict[str, str]] = {"<function_calls>": "</function_calls>"}
+    BARE_IN_WRAPPER = True

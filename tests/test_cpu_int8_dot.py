@@ -1,0 +1,153 @@
+"""The int8-activation products (schedules/cpu_int8_dot.py) against llama.cpp's definition.
+
+Oracle: llama.cpp's quantize-then-dot, written here in numpy from ggml's reference code:
+`quantize_row_q8_0_ref` (d = max|x| / 127, q = roundf(x * (1 / d)), d stored as fp16) and
+`ggml_vec_dot_q8_0_q8_0` / `ggml_vec_dot_q4_0_q8_0` (per block: the integer sum of the
+products times fp16(d_w) * fp16(d_x), summed). The weights are blocks `gguf.quants.quantize`
+wrote, read from their bytes here; the kernels read them repacked into planes. Against the
+float path (gguf's dequantized weights times the unquantized activations) the difference is
+the activations' quantization error, bounded below.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import tvm
+from gguf import GGMLQuantizationType as Q
+from tvm.target import Target
+
+from vllm_tvm.checkpoints.gguf_repack import repack
+from vllm_tvm.checkpoints.gguf_weights import RawTensor
+from vllm_tvm.checkpoints.weight_formats import FORMATS
+from vllm_tvm.compiler.targets import resolve_target
+from vllm_tvm.schedules.cpu_int8_dot import (
+    AVX2,
+    VNNI,
+    int8_dot_isa,
+    int8_gemv,
+    quantize_activations,
+)
+
+ROWS, FEATURES, COLUMNS = 3, 40, 160
+"""Not multiples of a vector of outputs; five 32-value blocks per row."""
+
+
+@pytest.mark.parametrize(
+    ("target", "isa"),
+    [
+        ({"kind": "llvm", "mcpu": "cascadelake"}, VNNI),
+        ({"kind": "llvm", "mcpu": "alderlake"}, VNNI),
+        ({"kind": "llvm", "mcpu": "skylake-avx512"}, AVX2),
+        ({"kind": "llvm", "mcpu": "znver3"}, AVX2),
+        ({"kind": "llvm", "mcpu": "sandybridge"}, None),
+        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon", "+dotprod"]}, None),
+    ],
+)
+def test_isa_follows_the_target_features(target: dict, isa: str | None) -> None:
+    assert int8_dot_isa(Target(target)) == isa
+
+
+def _quantize_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's quantize_row_q8_0_ref on each row: (int8 values, fp16 scales)."""
+    blocks = x.reshape(x.shape[0], -1, 32)
+    d = np.abs(blocks).max(axis=-1) / np.float32(127)
+    inverse = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    scaled = blocks * inverse[..., None]
+    rounded = np.trunc(scaled + np.copysign(np.float32(0.5), scaled))  # roundf
+    return rounded.astype(np.int8).reshape(x.shape), d.astype(np.float16)
+
+
+def _weight_blocks(qtype: Q) -> tuple[np.ndarray, np.ndarray]:
+    """gguf-quantized weight rows: (integer values in value order, fp16 scales) from bytes."""
+    data = np.asarray(gguf.quants.quantize(_float_weights(), qtype)).view(np.uint8)
+    blocks = data.reshape(FEATURES, COLUMNS // 32, -1)
+    d = blocks[:, :, 0:2].copy().view(np.float16)[..., 0]
+    if qtype == Q.Q8_0:
+        q = blocks[:, :, 2:34].copy().view(np.int8).astype(np.int64)
+    else:  # Q4_0: low nibbles are values 0-15, high nibbles 16-31, offset 8
+        nibbles = blocks[:, :, 2:18]
+        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1).astype(np.int64) - 8
+    return q.reshape(FEATURES, COLUMNS), d
+
+
+def _activations() -> np.ndarray:
+    x = np.random.default_rng(2).standard_normal((ROWS, COLUMNS), dtype=np.float32)
+    x[1, 32:64] = 0  # a block of zeros: scale 0, values 0
+    x[2, 70] = 2.5 * np.abs(x[2, 64:96]).max()  # an outlier: most of its block rounds to 0
+    # Scale exactly 1: halves, which roundf takes away from zero (nearest-even would not).
+    x[0, 0:8] = [127, 2.5, -2.5, 0.5, -0.5, 1.5, -3.5, 126.5]
+    return x
+
+
+def _run(
+    func: tvm.tirx.PrimFunc, target: Target, arrays: list[np.ndarray]
+) -> tuple[list[np.ndarray], str]:
+    """`func` compiled and called on `arrays`: the arrays after the call, and its assembly."""
+    library = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in arrays]
+    library["main"](*tensors)
+    return [t.numpy() for t in tensors], library.mod.inspect_source("asm")
+
+
+def test_activations_are_quantized_as_llama_cpp_does() -> None:
+    x = _activations()
+    q, d = np.zeros(x.shape, np.int8), np.zeros((ROWS, COLUMNS // 32), np.float16)
+    target = resolve_target("llvm").make_target()
+    (_, got_q, got_d), _ = _run(quantize_activations(ROWS, COLUMNS), target, [x, q, d])
+    want_q, want_d = _quantize_reference(x)
+    assert list(want_q[0, 0:8]) == [127, 3, -3, 1, -1, 2, -4, 127]
+    np.testing.assert_array_equal(got_q, want_q)
+    np.testing.assert_array_equal(got_d, want_d)
+    assert (want_q[1, 32:64] == 0).all() and want_d[1, 1] == 0
+
+
+def _isas_here() -> list[str]:
+    """Each ISA this machine can run (AVX2 through a target without VNNI)."""
+    native = int8_dot_isa(resolve_target("llvm").make_target())
+    return [isa for isa in (VNNI, AVX2) if native == VNNI or isa == native]
+
+
+def _target_for(isa: str) -> Target:
+    native = resolve_target("llvm").make_target()
+    return native if isa == VNNI else Target({"kind": "llvm", "mcpu": "haswell"})
+
+
+@pytest.mark.parametrize("isa", _isas_here())
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0], ids=lambda t: t.name)
+def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str) -> None:
+    x = _activations()
+    xq, xd = _quantize_reference(x)
+    wq, wd = _weight_blocks(qtype)
+    # The definition: per block, integer sum times fp16(d_w) * fp16(d_x) (exact in fp32).
+    sums = (wq.reshape(FEATURES, 1, -1, 32) * xq.reshape(1, ROWS, -1, 32)).sum(axis=-1)
+    scales = wd.astype(np.float32)[:, None, :] * xd.astype(np.float32)[None, :, :]
+    terms = sums * scales.astype(np.float64)
+    expected = terms.sum(axis=-1).T
+    fmt = FORMATS[qtype.name.lower()]
+    data = np.asarray(gguf.quants.quantize(_float_weights(), qtype)).view(np.uint8)
+    planes = repack(RawTensor(data.reshape(FEATURES, -1), qtype, (FEATURES, COLUMNS)), fmt)
+    out = np.zeros((ROWS, FEATURES), np.float32)
+    func = int8_gemv(fmt.name, ROWS, FEATURES, COLUMNS, isa)
+    (*_, got), assembly = _run(func, _target_for(isa), [xq, xd, planes["qs"], planes["d"], out])
+    assert ("vpdpbusd" if isa == VNNI else "vpmaddubsw") in assembly
+    # fp32 products and sums of exact block terms: within a few ulps of their absolute sum.
+    bound = 1e-6 * np.abs(terms).sum(axis=-1).T
+    assert (np.abs(got - expected) <= bound).all()
+    # Against the float path: each activation is off by at most d_x (1/2 + 127 * 2**-11)
+    # (rounding to an int8 step, the scale rounded to fp16), times |w|.
+    w = gguf.quants.dequantize(data, qtype).reshape(FEATURES, COLUMNS).astype(np.float64)
+    float_path = x.astype(np.float64) @ w.T
+    step = np.repeat(xd.astype(np.float64), 32, axis=1) * (0.5 + 127 * 2.0**-11)
+    quantization_bound = step @ np.abs(w).T + bound
+    assert (np.abs(got - float_path) <= quantization_bound).all()
+
+
+def _float_weights() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((FEATURES, COLUMNS), dtype=np.float32)
+
+
+def test_other_formats_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"no int8 dot product for 'q4_1'; supported: q8_0, q4_0"):
+        int8_gemv("q4_1", 1, 16, 32, VNNI)

@@ -1,0 +1,171 @@
+"""Integer dot products on x86 CPUs: activations quantized to int8 per block, as llama.cpp does.
+
+Why this exists: the fused matmuls of model_defs/quant_linear.py widen every weight to fp32
+in registers and multiply fp32 activations, so a Q8_0 or Q4_0 product costs a float FMA per
+weight. llama.cpp instead quantizes the activations per block of 32 (its Q8_0: an fp16 scale
+d = max|x| / 127 and int8 values round(x / d)) and multiplies int8 by int8 with the CPU's
+integer dot products, 32 products per instruction or two, then scales each block's integer
+sum once. This module holds the pieces of that path:
+
+- `int8_dot_isa`: which instructions a target has. VNNI (`vpdpbusd`, from AVX-512 VNNI with
+  AVX-512 VL, or AVX-VNNI) sums four u8 x s8 products into each int32 lane; AVX2 takes two
+  steps (`vpmaddubsw` to int16 pairs, `vpmaddwd` by ones to int32). Both multiply unsigned by
+  signed bytes, so a block is multiplied as |w| times x with w's sign moved onto x
+  (`vpsignb`), llama.cpp's `mul_sum_i8_pairs`. None: the target keeps the float path.
+- `quantize_activations`: llama.cpp's reference `quantize_row_q8_0` (scale 1 / d, rounding
+  half away from zero, d stored as fp16).
+- `int8_gemv`: the product of those activations with Q8_0 or Q4_0 weight planes
+  (checkpoints/weight_formats.py), per block: the integer sum, times the fp16 weight scale
+  times the fp16 activation scale, accumulated in eight fp32 lanes as llama.cpp's AVX2
+  `ggml_vec_dot_q8_0_q8_0` does; one horizontal sum per output.
+
+The instructions are called through `T.call_llvm_pure_intrin` (the LLVM 22 signatures take
+byte vectors); `sch.tensorize` crashes in this TVM build. The results differ from the float
+path by the activations' quantization error (at most about d / 2 per value); the model does
+not use this path yet, its matmuls stay on the float path.
+"""
+
+from __future__ import annotations
+
+from tvm import te, tirx
+from tvm.script import tirx as T
+from tvm.target import Target, codegen
+
+BLOCK = 32
+"""Values per quantization block of activations and weights (llama.cpp's QK8_0)."""
+
+VNNI = "vnni"
+AVX2 = "avx2"
+INT8_DOT_FORMATS = ("q8_0", "q4_0")
+"""Weight formats `int8_gemv` multiplies."""
+
+_EVEN_THEN_ODD = [*range(0, BLOCK, 2), *range(1, BLOCK, 2)]
+"""Order of a Q4_0 block's values as its 16 bytes give them: low nibbles (the even values,
+two 4-bit values to a byte in value order) first, then the high nibbles (odd values)."""
+
+
+def int8_dot_isa(target: Target) -> str | None:
+    """VNNI or AVX2 where `target` (an x86 CPU) has them; None: the float path."""
+    if target.kind.name != "llvm" or not codegen.target_has_features("avx2", target):
+        return None
+
+    def has(feature: str) -> bool:
+        return bool(codegen.target_has_features(feature, target))
+
+    if has("avxvnni") or (has("avx512vnni") and has("avx512vl")):
+        return VNNI
+    return AVX2
+
+
+def quantize_activations(rows: int, columns: int) -> tirx.PrimFunc:
+    """`main(x float32 [rows, columns], q int8 [rows, columns], d float16 [rows, blocks])`:
+    llama.cpp's reference Q8_0 quantization of each block of BLOCK values."""
+    x = te.placeholder((rows, columns), "float32", name="x")
+    lane = te.reduce_axis((0, BLOCK), name="lane")
+    amax = te.compute(
+        (rows, columns // BLOCK),
+        lambda i, b: te.max(tirx.abs(x[i, b * BLOCK + lane]), axis=lane),
+        name="amax",
+    )
+    scale = te.compute(amax.shape, lambda i, b: amax[i, b] / _f32(127), name="scale")
+    zero = _f32(0)
+
+    def quantized(i: tirx.Expr, c: tirx.Expr) -> tirx.Expr:
+        d = scale[i, c // BLOCK]
+        inverse = tirx.Select(d != zero, _f32(1) / d, zero)
+        return _round_half_away(x[i, c] * inverse).astype("int8")
+
+    q = te.compute((rows, columns), quantized, name="q")
+    d16 = te.compute(amax.shape, lambda i, b: scale[i, b].astype("float16"), name="d")
+    return te.create_prim_func([x, q, d16]).with_attr("global_symbol", "main")
+
+
+def _round_half_away(value: tirx.Expr) -> tirx.Expr:
+    """C's roundf: to nearest, halves away from zero (the fraction is exact in fp32)."""
+    whole = tirx.trunc(value)
+    fraction = value - whole
+    up = tirx.Select(fraction >= _f32(0.5), _f32(1), _f32(0))
+    down = tirx.Select(fraction <= _f32(-0.5), _f32(-1), _f32(0))
+    return whole + up + down
+
+
+def _f32(value: float) -> tirx.Expr:
+    return tirx.const(value, "float32")
+
+
+def _block_sum(w: tirx.Expr, x: tirx.Expr, isa: str) -> tirx.Expr:
+    """Sum of w * x over 32 int8 pairs, as eight int32 partial sums."""
+    magnitude = T.call_llvm_pure_intrin("int8x32", "llvm.x86.avx2.psign.b", w, w)
+    signed = T.call_llvm_pure_intrin("int8x32", "llvm.x86.avx2.psign.b", x, w)
+    if isa == VNNI:
+        zeros = T.broadcast(T.int32(0), 8)
+        return T.call_llvm_pure_intrin(
+            "int32x8", "llvm.x86.avx512.vpdpbusd.256", zeros, magnitude, signed
+        )
+    pairs = T.call_llvm_pure_intrin("int16x16", "llvm.x86.avx2.pmadd.ub.sw", magnitude, signed)
+    ones = T.broadcast(T.int16(1), 16)
+    return T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", pairs, ones)
+
+
+def _q4_0_block(words: tirx.Expr) -> tirx.Expr:
+    """A Q4_0 block's four uint32 words as int8 values q - 8, in `_EVEN_THEN_ODD` order."""
+    packed = T.reinterpret("uint8x16", words)
+    low = packed & T.broadcast(T.uint8(15), 16)
+    high = packed >> T.broadcast(T.uint8(4), 16)
+    nibbles = T.Shuffle(
+        [T.reinterpret("int8x16", low), T.reinterpret("int8x16", high)], [*range(32)]
+    )
+    return nibbles - T.broadcast(T.int8(8), 32)
+
+
+def int8_gemv(fmt_name: str, rows: int, features: int, columns: int, isa: str) -> tirx.PrimFunc:
+    """`main(xq int8 [rows, columns], xd float16 [rows, blocks], qs, d, out float32 [rows,
+    features])`: quantized activations times the weight planes `qs`, `d` of `fmt_name`."""
+    if fmt_name not in INT8_DOT_FORMATS:
+        raise ValueError(
+            f"no int8 dot product for {fmt_name!r}; supported: {', '.join(INT8_DOT_FORMATS)}"
+        )
+    if isa not in (VNNI, AVX2):
+        raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {VNNI}, {AVX2}")
+    blocks = columns // BLOCK
+    q4 = fmt_name == "q4_0"
+    weight_shape, weight_dtype = (
+        ((features, columns // 8), "uint32")
+        if q4
+        else (
+            (features, columns),
+            "int8",
+        )
+    )
+
+    def weight_block(qs: tirx.Buffer, j: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
+        if q4:
+            return _q4_0_block(qs[j, T.ramp(b * 4, 1, 4)])
+        return qs[j, T.ramp(b * BLOCK, 1, BLOCK)]
+
+    def activation_block(xq: tirx.Buffer, i: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
+        block = xq[i, T.ramp(b * BLOCK, 1, BLOCK)]
+        return T.Shuffle([block], _EVEN_THEN_ODD) if q4 else block
+
+    @T.prim_func
+    def main(
+        xq: T.Buffer((rows, columns), "int8"),
+        xd: T.Buffer((rows, blocks), "float16"),
+        qs: T.Buffer(weight_shape, weight_dtype),
+        d: T.Buffer((features, blocks), "float16"),
+        out: T.Buffer((rows, features), "float32"),
+    ) -> None:
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for j in T.parallel(features):
+            for i in range(rows):
+                acc = T.alloc_buffer((8,), "float32")
+                acc[T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                for b in range(blocks):
+                    scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
+                    sums = _block_sum(weight_block(qs, j, b), activation_block(xq, i, b), isa)
+                    acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(scale, 8) * T.Cast(
+                        "float32x8", sums
+                    )
+                out[i, j] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
+
+    return main
