@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.compiler import build
 from vllm_tvm.compiler.build import cache_key_for, make_request
 from vllm_tvm.compiler.source_digest import (
@@ -88,7 +89,7 @@ def test_a_new_import_brings_its_subpackage_into_the_key(
 def test_the_request_key_follows_the_source_digest(
     tiny_model_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    request = make_request(tiny_model_dir("llama"))
+    request = make_request(CompileOptions(tiny_model_dir("llama")))
     before = cache_key_for(request)
     monkeypatch.setattr(build, "compiler_source_digest", lambda: "edited sources")
     assert cache_key_for(request) != before

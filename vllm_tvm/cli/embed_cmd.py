@@ -26,8 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vllm_tvm.checkpoints.default_model import default_model_path
     from vllm_tvm.checkpoints.model_reference import resolve_model
-    from vllm_tvm.cli.default_model import default_model_path
     from vllm_tvm.embedding.bundle import write_embedding_bundle
 
     model = resolve_model(args.model) if args.model else default_model_path()

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
 
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         model_id = args.model
     else:
         model_id = checkpoint.stem if checkpoint.is_file() else checkpoint.name
-    request = make_request(checkpoint, args.target, args.dtype, args.weight_format)
+    request = make_request(CompileOptions(checkpoint, args.target, args.dtype, args.weight_format))
     if args.artifact is not None:
         check_artifact_fits(args.artifact, checkpoint, request.target.name)
     artifact = args.artifact or compile_cached(request)

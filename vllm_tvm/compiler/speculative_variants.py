@@ -126,8 +126,3 @@ def model_for_role(model: PagedCausalLM, role: str | None) -> PagedCausalLM:
     if role in (HIDDEN_STATES_TARGET, AUX_HIDDEN_STATES_TARGET):
         model.exports_hidden_states = True
     return model
-
-
-def role_key(role: str | None) -> dict[str, str]:
-    """The role's share of the artifact cache key: nothing for a plain build."""
-    return {} if role is None else {"speculative_role": role}
