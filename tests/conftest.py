@@ -72,7 +72,7 @@ def cuda_artifact(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="session")
 def embed_bundle(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`vllm-tvm embed` of the tiny Llama for this machine (the C library's tests share it)."""
-    from vllm_tvm.embedding.bundle import write_embedding_bundle
+    from vllm_tvm.native_bundle.bundle import write_embedding_bundle
 
     dest = tmp_path_factory.mktemp("embed") / "bundle"
     return write_embedding_bundle(dest, tiny_model_dir("llama")).path

@@ -15,7 +15,7 @@ from vllm_tvm.artifacts.manifest import ParamEntry, read_manifest
 from vllm_tvm.benchmarking import BenchConfig, run_benchmark
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.entrypoints.resolve import resolve_artifact
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.sampling.params import SamplingParams

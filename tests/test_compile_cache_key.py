@@ -40,7 +40,7 @@ def test_the_key_covers_what_the_compiler_reaches_through_its_imports() -> None:
         "artifacts",
         "checkpoints",
         "compiler",
-        "kernels",
+        "extensions",
         "model_defs",
         "schedules",
     }
@@ -49,7 +49,7 @@ def test_the_key_covers_what_the_compiler_reaches_through_its_imports() -> None:
 @pytest.mark.parametrize(
     ("source", "edit"),
     [
-        ("kernels/cublaslt_gemm.cc", "\n// a changed kernel\n"),
+        ("extensions/cublaslt_gemm.cc", "\n// a changed kernel\n"),
         ("checkpoints/weight_formats.py", "\n# a changed storage format\n"),
         ("checkpoints/gguf_config.py", "\n# a changed GGUF reading\n"),
         ("schedules/sampling_kernels.py", "\n# a changed schedule\n"),

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from vllm_tvm.artifact_registry.index import ArtifactEntry
+from vllm_tvm.artifact_registry.machine import MachineTraits
+from vllm_tvm.artifact_registry.pull import fitting_entries
 from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
 from vllm_tvm.cli import preflight
 from vllm_tvm.cli.main import main
-from vllm_tvm.registry.index import ArtifactEntry
-from vllm_tvm.registry.machine import MachineTraits
-from vllm_tvm.registry.pull import fitting_entries
 from vllm_tvm.runtime.engine.args import EngineArgs
 
 KERNELS = ["--device", "cuda", "--attention", "flashinfer", "--gemm", "cublaslt"]

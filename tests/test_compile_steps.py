@@ -22,7 +22,7 @@ from vllm_tvm.compiler.gemm_dispatch import calls_cublaslt
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION, library_metadata
 from vllm_tvm.compiler.pipeline import LibraryContents, rewrite_pipeline
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS, AttachSamplingFunctions
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.model_defs.architectures import family_for
 
 
 def _dims(ty: relax.TensorType) -> list[str | int]:

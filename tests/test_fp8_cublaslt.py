@@ -30,7 +30,7 @@ from vllm_tvm.compiler.fp8_gemm_dispatch import (
     dispatch_fp8_gemms,
     fp8_gemm_applies,
 )
-from vllm_tvm.kernels.cublaslt import EXTENSION_NAME
+from vllm_tvm.extensions.cublaslt import EXTENSION_NAME
 from vllm_tvm.schedules.fp8_activation import (
     E4M3_MAX,
     encode_e4m3,

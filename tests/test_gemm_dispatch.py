@@ -23,8 +23,8 @@ from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest, sha256_of_file
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_to_cublaslt
-from vllm_tvm.kernels import cublaslt
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.extensions import cublaslt
+from vllm_tvm.model_defs.architectures import family_for
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 

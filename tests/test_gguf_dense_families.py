@@ -36,8 +36,8 @@ from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.model_defs.config import parse_llama_family_config
-from vllm_tvm.model_defs.registry import family_for
 from vllm_tvm.runtime.tokenization import load_tokenizer
 
 FAMILIES = {

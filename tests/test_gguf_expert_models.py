@@ -116,7 +116,7 @@ def test_every_tensor_equals_the_weights_the_file_holds(written: Written) -> Non
 def test_config_parses_to_the_checkpoint_config(written: Written) -> None:
     """Our GGUF config and the HF config.json give the same model description."""
     from vllm_tvm.checkpoints.model_config import read_model_config
-    from vllm_tvm.model_defs.registry import family_for
+    from vllm_tvm.model_defs.architectures import family_for
 
     ours = hf_config_from_gguf(written.gguf_path)
     hf = read_model_config(written.model_dir)

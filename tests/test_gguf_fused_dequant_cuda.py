@@ -23,8 +23,8 @@ from vllm_tvm.checkpoints.weight_formats import FORMATS
 from vllm_tvm.compiler import cuda_binaries
 from vllm_tvm.compiler.build import compile_model, make_request
 from vllm_tvm.compiler.targets import resolve_target
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.model_defs.quant_linear import DEQUANTIZE_BLOCK, QuantWeight, apply_weight_formats
-from vllm_tvm.model_defs.registry import family_for
 
 TARGET = resolve_target("cuda:sm_90a")
 

@@ -31,7 +31,7 @@ from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.compiler.build import cache_key_for, make_request
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.entrypoints.resolve import resolve_artifact
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 NAME = "phi3_longrope_partial"

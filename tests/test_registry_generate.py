@@ -18,11 +18,11 @@ import pytest
 from registry_fixtures import make_fake_registry
 from registry_server import RegistryServer
 
+from vllm_tvm.artifact_registry import pull as pull_module
+from vllm_tvm.artifact_registry.store import model_dir, pulled_models
 from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME, DefaultModelMissingError
 from vllm_tvm.checkpoints.default_model import default_model_path as installed_default_model
 from vllm_tvm.cli.main import main
-from vllm_tvm.registry import pull as pull_module
-from vllm_tvm.registry.store import model_dir, pulled_models
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 PROMPT = [1, 5, 9, 2, 7]

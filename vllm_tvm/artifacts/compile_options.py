@@ -2,7 +2,7 @@
 and `artifact_key`, the one key an artifact is found by.
 
 Why one value: the compiler (compiler/build.py), the cache of built artifacts, the memo of
-resolutions (resolution_memo.py), the registry (registry/pull.py) and every front end
+resolutions (resolution_memo.py), the registry (artifact_registry/pull.py) and every front end
 (`LLM`, `generate`, `serve`, `bench`, `compile`) all speak of the same choices; held in one
 frozen value, an option added here reaches each of them, and is checked once, by name,
 before anything slow. Why here, below the compiler and the runtime: the runtime's

@@ -13,9 +13,9 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_tvm.artifact_registry.resolve import RegistrySettings
 from vllm_tvm.benchmarking.config import BenchConfig
 from vllm_tvm.entrypoints.resolve import BeforeLoad, resolve_engine
-from vllm_tvm.registry.resolve import RegistrySettings
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifact_registry.resolve import RegistrySettings
 from vllm_tvm.artifacts.manifest import Manifest, read_manifest
 from vllm_tvm.benchmarking.config import BenchConfig, check_fits
 from vllm_tvm.benchmarking.engine_setup import load_bench_engine, resolve_bench_config
@@ -29,7 +30,6 @@ from vllm_tvm.benchmarking.runner import (
 )
 from vllm_tvm.benchmarking.workload import Workload, build_workload, random_prompt_ids
 from vllm_tvm.entrypoints.resolve import BeforeLoad
-from vllm_tvm.registry.resolve import RegistrySettings
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 
 LevelCallback = Callable[[LevelMetrics], None]

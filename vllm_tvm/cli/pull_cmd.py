@@ -35,10 +35,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vllm_tvm.registry.index import RegistryError
-    from vllm_tvm.registry.machine import auto_target_kind, this_machine
-    from vllm_tvm.registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
-    from vllm_tvm.registry.resolve import signed_index
+    from vllm_tvm.artifact_registry.index import RegistryError
+    from vllm_tvm.artifact_registry.machine import auto_target_kind, this_machine
+    from vllm_tvm.artifact_registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
+    from vllm_tvm.artifact_registry.resolve import signed_index
 
     settings = registry_settings_from_cli(args)
     kind = auto_target_kind() if args.target == "auto" else args.target

@@ -39,8 +39,8 @@ from vllm_tvm.compiler.speculative_variants import check_role
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
 from vllm_tvm.compiler.weight_plan import plan_weight_formats
 from vllm_tvm.compiler.write import write_artifact
-from vllm_tvm.kernels.cublaslt import EXTENSION_NAME
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.extensions.cublaslt import EXTENSION_NAME
+from vllm_tvm.model_defs.architectures import family_for
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 CUDA_GRAPH_ENV = "VLLM_TVM_CUDA_GRAPH"

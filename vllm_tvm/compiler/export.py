@@ -37,8 +37,8 @@ from vllm_tvm.compiler.speculative_variants import (
     model_for_role,
 )
 from vllm_tvm.compiler.weight_plan import param_entry
+from vllm_tvm.model_defs.architectures import ModelFamily
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
-from vllm_tvm.model_defs.registry import ModelFamily
 from vllm_tvm.model_defs.tensor_parallel import TensorParallelError, manifest_plan, with_shards
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_tvm.artifact_registry.resolve import RegistrySettings, resolve_registry_model
 from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
@@ -30,7 +31,6 @@ from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME, default_model
 from vllm_tvm.checkpoints.eagle3_config import eagle3_aux_layers
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.checkpoints.model_reference import resolve_model
-from vllm_tvm.registry.resolve import RegistrySettings, resolve_registry_model
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.speculative.config import MODEL_METHODS
 
@@ -134,7 +134,7 @@ def with_draft_artifact(args: EngineArgs) -> EngineArgs:
 
 def _registry_checkpoint(args: EngineArgs, settings: RegistrySettings) -> EngineArgs:
     """`args` on the pulled checkpoint (and artifact, when one fits its compile options) if
-    `args.model` is a registry model id (registry/resolve.py); otherwise unchanged."""
+    `args.model` is a registry model id (artifact_registry/resolve.py); otherwise unchanged."""
     resolved = resolve_registry_model(args.compile_options, settings, args.show_progress)
     if resolved is None:
         return args

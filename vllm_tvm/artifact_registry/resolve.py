@@ -10,7 +10,7 @@ says which happened (entrypoints/resolve.py). A name that is a local path, or th
 registry holds, is left to the checkpoint resolver (local path, Hugging Face cache).
 
 The registry reads the request as `CompileOptions` (artifacts/compile_options.py), below
-the runtime: an entry fits when it was built as those options ask (registry/pull.py).
+the runtime: an entry fits when it was built as those options ask (artifact_registry/pull.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_tvm.artifact_registry.index import MODEL_ID, RegistryError
 from vllm_tvm.artifacts.compile_options import CompileOptions
-from vllm_tvm.registry.index import MODEL_ID, RegistryError
 
 if TYPE_CHECKING:
-    from vllm_tvm.registry.pull import SignedIndex
+    from vllm_tvm.artifact_registry.pull import SignedIndex
 
 REGISTRY_ENV = "VLLM_TVM_REGISTRY"
 OFFLINE_ENV = "VLLM_TVM_OFFLINE"
@@ -75,8 +75,8 @@ class RegistryModel:
 
 def signed_index(settings: RegistrySettings) -> SignedIndex:
     """The configured registry's index, its signature judged by the settings' trust."""
-    from vllm_tvm.registry.pull import TrustPolicy, read_index
-    from vllm_tvm.registry.sources import open_source
+    from vllm_tvm.artifact_registry.pull import TrustPolicy, read_index
+    from vllm_tvm.artifact_registry.sources import open_source
 
     if settings.registry is None:
         raise RegistryError(f"no registry: pass --registry URL_OR_DIR or set ${REGISTRY_ENV}")
@@ -88,14 +88,14 @@ def resolve_registry_model(
     options: CompileOptions, settings: RegistrySettings, show_progress: bool = True
 ) -> RegistryModel | None:
     """The registry's answer for `options.model`: the pulled checkpoint, and the artifact
-    of the entry that fits `options` on this machine (registry/pull.py) if one does; None
+    of the entry that fits `options` on this machine (artifact_registry/pull.py) if one does; None
     when the model is a local path or no registry (configured, or pulled before) holds it."""
     model = str(options.model)
     if Path(model).expanduser().exists() or not MODEL_ID.fullmatch(model):
         return None
-    from vllm_tvm.registry.machine import this_machine
-    from vllm_tvm.registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
-    from vllm_tvm.registry.store import pulled_models
+    from vllm_tvm.artifact_registry.machine import this_machine
+    from vllm_tvm.artifact_registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
+    from vllm_tvm.artifact_registry.store import pulled_models
 
     machine = this_machine(options.target_kind)
     if settings.registry is None or settings.offline:

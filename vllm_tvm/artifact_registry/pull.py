@@ -23,10 +23,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vllm_tvm.artifacts.compile_options import CompileOptions
-from vllm_tvm.artifacts.manifest import ArtifactError, read_manifest, sha256_of_file
-from vllm_tvm.registry.http_download import ProgressBar
-from vllm_tvm.registry.index import (
+from vllm_tvm.artifact_registry.http_download import ProgressBar
+from vllm_tvm.artifact_registry.index import (
     INDEX_NAME,
     SIGNATURE_NAME,
     ArtifactEntry,
@@ -35,10 +33,10 @@ from vllm_tvm.registry.index import (
     RegistryIndex,
     parse_index,
 )
-from vllm_tvm.registry.machine import MachineTraits, why_not
-from vllm_tvm.registry.signing import trusted_key_files, verify_index
-from vllm_tvm.registry.sources import RegistrySource
-from vllm_tvm.registry.store import (
+from vllm_tvm.artifact_registry.machine import MachineTraits, why_not
+from vllm_tvm.artifact_registry.signing import trusted_key_files, verify_index
+from vllm_tvm.artifact_registry.sources import RegistrySource
+from vllm_tvm.artifact_registry.store import (
     ARTIFACT_DIR,
     CHECKPOINT_DIR,
     PulledModel,
@@ -49,6 +47,8 @@ from vllm_tvm.registry.store import (
     pulled_models,
     single_file_checkpoint,
 )
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.artifacts.manifest import ArtifactError, read_manifest, sha256_of_file
 
 MAX_PARALLEL_DOWNLOADS = 4
 PARTIAL_SUFFIX = ".partial"

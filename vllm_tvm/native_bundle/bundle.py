@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
-from vllm_tvm.embedding.model_export import write_model_dir
-from vllm_tvm.embedding.native_build import HEADER, NATIVE_DIR, build_native
-from vllm_tvm.embedding.targets import HOST_TARGET, embed_target
 from vllm_tvm.entrypoints.resolve import resolve_artifact
+from vllm_tvm.native_bundle.model_export import write_model_dir
+from vllm_tvm.native_bundle.native_build import HEADER, NATIVE_DIR, build_native
+from vllm_tvm.native_bundle.targets import HOST_TARGET, embed_target
 
 
 @dataclass(frozen=True)
