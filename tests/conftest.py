@@ -20,6 +20,17 @@ def artifact_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> None:
+    """The oracles run transformers on tiny models in this process, beside TVM's pinned CPU
+    workers: their products are far too small to gain from a second thread, and on a busy
+    2-core machine two torch threads wait on each other (a tiny Gemma 2's 120 greedy tokens:
+    13-30 s with two threads, 1.3 s with one)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
     """Factory: the directory of a tiny checkpoint by name (made on first request)."""
