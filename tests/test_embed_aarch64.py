@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow  # an aarch64 compile, a cross build and qemu
 def test_aarch64_bundle_under_qemu_gives_the_engines_greedy_tokens(
     tiny_model_dir, make_llm, tmp_path
 ):

@@ -217,6 +217,7 @@ def test_the_example_builds_with_the_bundles_cmakelists(bundle, tmp_path):
         assert done.stdout == expected, linkage
 
 
+@pytest.mark.slow  # a second build of the library, instrumented
 def test_the_library_is_clean_under_address_sanitizer(bundle, tmp_path):
     """The example, linked with an ASan build of libvllm_tvm, on good and bad inputs."""
     from vllm_tvm.native_bundle.native_build import build_native

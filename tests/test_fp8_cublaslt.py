@@ -128,6 +128,7 @@ def test_row_scaled_fp8_products_go_to_the_fp8_gemm(per_channel_fp8) -> None:
     assert rewritten == 2 * layers * per_layer
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_fp8_checkpoint_builds_for_sm90a_calling_the_fp8_gemm(per_channel_fp8, tmp_path) -> None:
     request = make_request(CompileOptions(per_channel_fp8, "cuda", "bfloat16"))

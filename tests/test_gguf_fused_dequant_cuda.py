@@ -120,6 +120,7 @@ def test_dlight_gemv_schedules_a_single_row_quantized_product(fmt_name: str) -> 
     assert _applies(dl.gpu.GEMV(), func, target)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
 def test_quantized_model_builds_a_cuda_library(model_file: Path, tmp_path: Path) -> None:
     request = make_request(CompileOptions(model_file, "cuda:sm_90a"))

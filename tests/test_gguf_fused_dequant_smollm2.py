@@ -59,7 +59,10 @@ def test_native_format_keeps_matrices_and_tied_embedding_quantized() -> None:
     assert len(formats) == 1 + 30 * 4
 
 
-@pytest.mark.parametrize("weight_format", ["native", "dequantized"])
+@pytest.mark.parametrize(
+    "weight_format",
+    ["native", pytest.param("dequantized", marks=pytest.mark.slow)],  # a compile of its own
+)
 def test_greedy_tokens_equal_transformers(
     transformers_tokens: list[int], weight_format: str
 ) -> None:
