@@ -55,11 +55,11 @@ class EngineArgs:
     load_format.LOAD_FORMATS (`dummy` weights are seeded by `seed`, 0 when None);
     `skip_tokenizer_init` loads no tokenizer. `speculative_config` (vLLM's JSON, a dict or
     a `SpeculativeConfig`; None: off) makes decode steps verify proposed tokens.
-    `skip_tokenizer_init` loads no tokenizer. `itl_target_ms` is the inter-token latency
-    the scheduler keeps running streams near while prompts prefill, by cutting those prompts
-    into chunks sized from measured step times (scheduler.py, step_pacer.py); 0: no pacing,
-    the token budget alone bounds a step. `tensor_parallel_size` > 1 splits a Llama-family
-    model over that many ranks (model_defs/tensor_parallel.py; tensor_parallel_runner.py).
+    `itl_target_ms` is the inter-token latency the scheduler keeps running streams near
+    while prompts prefill, by cutting those prompts into chunks sized from measured step
+    times (scheduler.py, step_pacer.py); 0: no pacing, the token budget alone bounds a step.
+    `tensor_parallel_size` > 1 splits a Llama-family model over that many ranks
+    (model_defs/tensor_parallel.py; tensor_parallel_runner.py).
     `async_scheduling` (vLLM's name) launches each forward before the previous one's text
     and outputs are made, so host work overlaps the device's; None: on for CUDA without
     speculation (`overlaps_steps`).
