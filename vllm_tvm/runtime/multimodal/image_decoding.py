@@ -85,8 +85,6 @@ def decode_image(data: bytes, part_index: int, limits: ImageLimits | None = None
 def _check_pixel_budget(size: tuple[int, int], part_index: int, limits: ImageLimits) -> None:
     """Refuse an image whose header declares more pixels than the budget, before decoding."""
     width, height = size
-    if width < 1 or height < 1:
-        raise ImageInputError(part_index, f"the image declares a size of {width}x{height}")
     if width * height > limits.max_pixels:
         raise ImageInputError(
             part_index,
