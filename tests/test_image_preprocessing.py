@@ -67,6 +67,18 @@ QWEN2_VL_SIZE_CONFIG = {
 }
 """The `size` spelling of the pixel bounds, small enough that ordinary images shrink."""
 
+QWEN_16_PIXEL_PATCH_CONFIG = {
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+    "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+}
+"""The shape of the Qwen3-VL / Qwen3.5 configs: 16-pixel patches (factor 32), a 256x256
+floor, mean = std = 0.5."""
+
 GEMMA3_OBLONG_CONFIG = {**GEMMA3_CONFIG, "size": {"height": 48, "width": 80}}
 """Gemma 3's processor at a small, non-square size: the same maths as 896x896 at a
 fraction of the time, and a height/width mix-up cannot pass."""
@@ -76,6 +88,7 @@ HF_PROCESSORS = {
     "gemma3_oblong": (GEMMA3_OBLONG_CONFIG, Gemma3ImageProcessorPil),
     "qwen2_5_vl": (QWEN2_5_VL_CONFIG, Qwen2VLImageProcessorPil),
     "qwen2_vl_size": (QWEN2_VL_SIZE_CONFIG, Qwen2VLImageProcessorPil),
+    "qwen_16_pixel_patch": (QWEN_16_PIXEL_PATCH_CONFIG, Qwen2VLImageProcessorPil),
 }
 
 FILES = {
@@ -141,7 +154,8 @@ def test_pixel_values_equal_transformers(processor: str, kind: str) -> None:
 
 @pytest.mark.parametrize("processor", sorted(HF_PROCESSORS))
 def test_several_images_of_different_sizes_keep_their_order(processor: str) -> None:
-    """Gemma 3's released 896x896 configuration is checked here, once."""
+    """Gemma 3's released 896x896 configuration and the 16-pixel-patch Qwen shape are
+    checked here, once each."""
     assert_same_as_hf(processor, [rgb_file(40, 90, seed=1), rgba_png(64, 32), rgb_file(3, 5)])
 
 
