@@ -64,6 +64,7 @@ RUNTIME_ROOMS: dict[str, set[str]] = {
         "model",
         "speculative",
     },
+    "multimodal": set(),
 }
 """Which rooms of the runtime (its subpackages and top-level modules) each one may import,
 bottom up: the shared request and sequence types sit in `requests/`, below the rooms that
