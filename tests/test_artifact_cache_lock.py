@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from vllm_tvm.artifacts.cache import entry_lock
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.compiler import build
 
 
@@ -17,7 +18,7 @@ def test_concurrent_callers_compile_a_missing_entry_once(
     tiny_model_dir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VLLM_TVM_CACHE_DIR", str(tmp_path / "cache"))
-    request = build.make_request(tiny_model_dir("llama"))
+    request = build.make_request(CompileOptions(tiny_model_dir("llama")))
     compiles: list[Path] = []
 
     def slow_compile(request: build.CompileRequest, output_dir: Path, show_progress: bool) -> Path:

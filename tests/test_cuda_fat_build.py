@@ -20,6 +20,7 @@ from test_cuda_build import MODULE_SOURCE
 from test_registry_index import H200, entry
 
 from vllm_tvm.artifact_registry.machine import why_not
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.compiler import cuda_binaries, cuda_build
 from vllm_tvm.compiler.targets import CUDA_ARCHS, FAT_CUDA_ALL, resolve_target
 
@@ -82,7 +83,9 @@ def test_flashinfer_is_refused_for_a_fat_target(tiny_model_dir) -> None:
     from vllm_tvm.compiler.build import make_request
 
     with pytest.raises(ValueError, match=r"attention 'flashinfer' builds FlashInfer"):
-        make_request(tiny_model_dir("llama"), target=FAT_CUDA_ALL, attention="flashinfer")
+        make_request(
+            CompileOptions(tiny_model_dir("llama"), target=FAT_CUDA_ALL, attention="flashinfer")
+        )
 
 
 @needs_nvcc

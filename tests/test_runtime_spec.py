@@ -18,6 +18,7 @@ import pytest
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 
 from vllm_tvm.artifacts import manifest as manifest_module
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import MANIFEST_NAME, ArtifactError, read_manifest
 from vllm_tvm.artifacts.runtime_spec import (
     FULL_ATTENTION,
@@ -38,7 +39,9 @@ FLOAT32_BYTES = 4
 
 def _exported_spec(tiny_model_dir, name: str):
     """The runtime spec of the tiny model `name` (export only: nothing is compiled)."""
-    return export_model(make_request(tiny_model_dir(name), "llvm", "float32")).manifest.runtime
+    return export_model(
+        make_request(CompileOptions(tiny_model_dir(name), "llvm", "float32"))
+    ).manifest.runtime
 
 
 def _hf_config(tiny_model_dir, name: str) -> dict:
