@@ -24,9 +24,16 @@ from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.entrypoints.resolve import resolve_artifact
 
 EXIT_SECONDS = 10
+RUNNING_GAUGE = "vllm:num_requests_running"
 """How long the process may take from SIGTERM to its exit (it takes about 1-2 s)."""
 
 LONG = {"prompt": "Hello", "max_tokens": 1500, "ignore_eos": True}
+
+
+def _running(url: str) -> float:
+    """The engine's running requests, from /metrics."""
+    lines = httpx.get(url + "/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(RUNNING_GAUGE))
 
 
 def _free_port() -> int:
@@ -71,7 +78,9 @@ def test_sigterm_aborts_the_requests_in_flight_and_exits(server_farm):
         readers.append(threading.Thread(target=whole))
         for reader in readers:
             reader.start()
-        assert wait_until(lambda: all(len(events) > 1 for events in streams))
+        # The non-streaming call shows nothing before it ends: wait until the engine runs
+        # all three, so SIGTERM finds each of them in flight (not still on its way in).
+        assert wait_until(lambda: all(len(events) > 1 for events in streams) and _running(url) >= 3)
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
