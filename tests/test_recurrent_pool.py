@@ -3,13 +3,20 @@ a slot zeroed on its own, the forward handed distinct int32 slots and every laye
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import tvm
 
-from vllm_tvm.artifacts.runtime_spec import RecurrentStateSpec
+from vllm_tvm.artifacts.manifest import ArtifactError
+from vllm_tvm.artifacts.runtime_spec import RecurrentStateSpec, RuntimeSpec
+from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.kv.recurrent_pool import RecurrentStatePool
 from vllm_tvm.runtime.kv.recurrent_slots import state_bytes_per_slot
+from vllm_tvm.runtime.model.artifact_fit import check_runs_on
 
 CONV_SHAPE = (3, 24)  # [K - 1, conv_dim]
 SSM_SHAPE = (2, 4, 6)  # [heads_v, k_dim, v_dim]
@@ -81,3 +88,24 @@ def test_states_that_are_not_whole_fp32_values_are_refused_by_name() -> None:
 def test_a_slot_outside_the_pool_is_refused() -> None:
     with pytest.raises(IndexError, match="slot 4 is outside the pool's 4 slots"):
         RecurrentStatePool(STATES, 4, tvm.cpu()).zero_slot(4)
+
+
+def test_the_runner_sizes_its_pool_from_its_spec_on_its_device(make_llm) -> None:
+    runner = make_llm().runner
+    assert runner.recurrent_pool is None  # a model without recurrent state has none
+    runner.spec = replace(runner.spec, recurrent_state=STATES)
+    runner.resize_recurrent_pool(3)
+    pool = runner.recurrent_pool
+    assert pool is not None and pool.num_slots == 3 and pool.device == runner.device
+    assert pool.nbytes == 3 * state_bytes_per_slot(STATES)
+    runner.resize_recurrent_pool(0)
+    assert runner.recurrent_pool is None
+
+
+def test_an_artifact_with_recurrent_state_is_refused_naming_the_missing_export_contract() -> None:
+    spec = RuntimeSpec(8, 4, 1, 64, attention=(), recurrent_state=STATES)
+    manifest = SimpleNamespace(target_kind=target_kind_for("cpu"), target="llvm", runtime=spec)
+    with pytest.raises(
+        ArtifactError, match=r"recurrent state \(gated_delta_net\).*export contract"
+    ):
+        check_runs_on(manifest, Path("tiny"), "cpu")  # type: ignore[arg-type]
