@@ -44,7 +44,7 @@ def _timed(totals: dict[str, list[float]], phase: str, call: Callable[[], Any]) 
 def runner_for(gguf: Path, length: int) -> Any:
     """Our model runner of `gguf` (its cached artifact, compiled on first use) for one
     sequence of up to `length` tokens, prefilled in one chunk."""
-    from vllm_tvm.entrypoints.llm import artifact_for
+    from vllm_tvm.entrypoints.resolve import artifact_for
     from vllm_tvm.runtime.engine.args import EngineArgs
     from vllm_tvm.runtime.model.runner import ModelRunner
 

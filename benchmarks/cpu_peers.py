@@ -72,7 +72,7 @@ DEFAULT_CACHE = Path.home() / ".cache" / "vllm_tvm" / "cpu_peers"
 
 
 def default_gguf() -> Path:
-    from vllm_tvm.cli.default_model import default_model_path
+    from vllm_tvm.checkpoints.default_model import default_model_path
 
     return Path(default_model_path())
 
@@ -158,7 +158,7 @@ def measure_ours(gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Time decode and prefill on our model runner (the child process's job)."""
     import numpy as np
 
-    from vllm_tvm.entrypoints.llm import artifact_for
+    from vllm_tvm.entrypoints.resolve import artifact_for
     from vllm_tvm.runtime.engine.args import EngineArgs
     from vllm_tvm.runtime.model.runner import ModelRunner
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from cpu_decode_profile import vm_call_shares
 from cpu_peers import machine
 
-from vllm_tvm.cli.default_model import default_model_path
+from vllm_tvm.checkpoints.default_model import default_model_path
 from vllm_tvm.entrypoints.llm import LLM
 
 TOKEN_COUNTS = (0, 2, 5, 9)

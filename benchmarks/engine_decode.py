@@ -36,10 +36,7 @@ from peers.result_conditions import EACH_BATCH, model_shape
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.benchmarking.config import BenchConfig
 from vllm_tvm.benchmarking.decode_only import DecodeOnly, measure_decode_only, measure_ttft
-from vllm_tvm.benchmarking.engine_setup import (
-    load_bench_engine,
-    resolve_bench_artifact,
-)
+from vllm_tvm.benchmarking.engine_setup import load_bench_engine, resolve_bench_config
 from vllm_tvm.benchmarking.report import host, versions
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 
@@ -49,7 +46,8 @@ def bench_engine(model: Path, **options: Any) -> tuple[BenchConfig, Path, LLMEng
     bars): its checked config, resolved artifact and the loaded engine."""
     config = BenchConfig.from_options(model, pretokenize=True, show_progress=False, **options)
     config.validate()
-    artifact = resolve_bench_artifact(config)
+    config = resolve_bench_config(config)
+    artifact = Path(config.engine.artifact)  # type: ignore[arg-type]  # resolved above
     return config, artifact, load_bench_engine(config, artifact, config.input_len)
 
 

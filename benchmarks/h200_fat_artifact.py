@@ -22,11 +22,11 @@ from pathlib import Path
 
 from h200_engine_check import check_artifact, oracle_tokens, prompts
 
+from vllm_tvm.artifact_registry.index import ArtifactEntry
+from vllm_tvm.artifact_registry.machine import this_machine, why_not
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.cli.publish_cmd import target_features
 from vllm_tvm.compiler.cuda_binaries import embedded_cuda_archs, embedded_ptx_archs
-from vllm_tvm.registry.index import ArtifactEntry
-from vllm_tvm.registry.machine import this_machine, why_not
 
 
 def fit_report(artifact: Path) -> dict:

@@ -147,7 +147,7 @@ def main() -> int:
     if args.build_quantize_kernel is not None:
         build_quantize_kernel(args.build_quantize_kernel)
         return 0
-    from vllm_tvm.kernels.cublaslt import load_cublaslt_extension
+    from vllm_tvm.extensions.cublaslt import load_cublaslt_extension
     from vllm_tvm.runtime.tvm_runtime import load_runtime
 
     tvm = load_runtime(require_cuda=True)

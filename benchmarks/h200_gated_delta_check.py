@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import tvm
 
-from vllm_tvm.runtime.model.tvm_runtime import load_runtime_only
+from vllm_tvm.runtime.tvm_runtime import load_runtime_only
 
 KERNEL_FIRST = [200, 64, 17]
 KERNEL_SECOND = [70, 1, 130]

@@ -29,7 +29,7 @@ def timed(fn, repeat: int) -> list[float]:
 
 def uses_cublaslt(runner: ModelRunner) -> bool:
     """Whether the artifact's matmuls call the cuBLASLt extension (which gemm_bench times)."""
-    from vllm_tvm.kernels.cublaslt import EXTENSION_NAME
+    from vllm_tvm.extensions.cublaslt import EXTENSION_NAME
 
     return EXTENSION_NAME in runner.manifest.extensions
 

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from itertools import pairwise
 from pathlib import Path
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.benchmarking.report import host, versions
 from vllm_tvm.compiler.build import compile_cached, make_request
 from vllm_tvm.runtime.model.runner import ModelRunner
@@ -37,7 +38,7 @@ def main() -> None:
     parser.add_argument("--model", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
-    artifact = compile_cached(make_request(args.model, dtype="float32"), False)
+    artifact = compile_cached(make_request(CompileOptions(args.model, dtype="float32")), False)
     runner = ModelRunner(artifact, args.model, "cpu", 64, show_progress=False)
     runner.resize_kv_cache(16)
     base = _virtual_bytes()

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.benchmarking.report import host, versions
 from vllm_tvm.compiler.build import compile_cached, make_request
 from vllm_tvm.runtime.model.runner import ModelRunner
@@ -159,7 +160,9 @@ def main() -> None:
         for seed, arm in enumerate(arms):
             configs[arm] = _config(arm, args.hidden, args.moe_intermediate, args.layers)
             checkpoint = _write_checkpoint(Path(scratch) / arm, configs[arm], seed)
-            artifact = compile_cached(make_request(checkpoint, dtype="float32"), False)
+            artifact = compile_cached(
+                make_request(CompileOptions(checkpoint, dtype="float32")), False
+            )
             runners[arm] = ModelRunner(artifact, checkpoint, "cpu", 256, show_progress=False)
     raw: dict[str, list[float]] = {arm: [] for arm in arms}
     for round_index in range(args.rounds + 1):

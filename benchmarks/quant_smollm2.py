@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.benchmarking.report import host, versions
-from vllm_tvm.cli.default_model import default_model_path
+from vllm_tvm.checkpoints.default_model import default_model_path
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 

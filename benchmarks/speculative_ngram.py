@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_tvm.benchmarking.report import host, versions
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME, default_model_path
+from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME, default_model_path
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 

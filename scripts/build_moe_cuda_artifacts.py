@@ -30,6 +30,7 @@ def build(out: Path, models: list[str], dtypes: list[str], target: str) -> list[
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     from tiny_models import TINY_MODELS, make_tiny_model
 
+    from vllm_tvm.artifacts.compile_options import CompileOptions
     from vllm_tvm.compiler.build import compile_model, make_request
 
     artifacts = []
@@ -37,7 +38,7 @@ def build(out: Path, models: list[str], dtypes: list[str], target: str) -> list[
         model_dir = make_tiny_model(TINY_MODELS[name], out / name / MODEL_DIR)
         for dtype in dtypes:
             gemm = "tir" if dtype != "float32" else "auto"
-            request = make_request(model_dir, target, dtype, gemm=gemm)
+            request = make_request(CompileOptions(model_dir, target, dtype, gemm=gemm))
             artifacts.append(compile_model(request, out / name / dtype))
     return artifacts
 

@@ -20,6 +20,17 @@ def artifact_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> None:
+    """The oracles run transformers on tiny models in this process, beside TVM's pinned CPU
+    workers: their products are far too small to gain from a second thread, and on a busy
+    2-core machine two torch threads wait on each other (a tiny Gemma 2's 120 greedy tokens:
+    13-30 s with two threads, 1.3 s with one)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
     """Factory: the directory of a tiny checkpoint by name (made on first request)."""
@@ -53,9 +64,21 @@ def make_llm(tiny_model_dir) -> Iterator[Callable[..., Any]]:
         assert_all_blocks_free(llm)
 
 
+SLOW_FIXTURES = frozenset({"cuda_artifact"})
+"""Fixtures whose setup alone is a slow test's cost (docs/TESTING.md): every test that asks
+for one is marked `slow`, so the fast lane (`-m "not slow"`) never builds it."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def cuda_artifact(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Llama compiled for sm_90a in bf16 with `vllm-tvm compile` (needs nvcc)."""
+    """The tiny Llama compiled for sm_90a in bf16 with `vllm-tvm compile` (needs nvcc; an
+    nvcc model build, so its users are `slow`: SLOW_FIXTURES)."""
     import shutil
 
     from vllm_tvm.cli.main import main as cli_main
@@ -72,7 +95,7 @@ def cuda_artifact(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="session")
 def embed_bundle(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`vllm-tvm embed` of the tiny Llama for this machine (the C library's tests share it)."""
-    from vllm_tvm.embedding.bundle import write_embedding_bundle
+    from vllm_tvm.native_bundle.bundle import write_embedding_bundle
 
     dest = tmp_path_factory.mktemp("embed") / "bundle"
     return write_embedding_bundle(dest, tiny_model_dir("llama")).path

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_tvm.cli.default_model import DefaultModelMissingError, default_model_path
+from vllm_tvm.checkpoints.default_model import DefaultModelMissingError, default_model_path
 
 
 def installed_default_model() -> Path | None:

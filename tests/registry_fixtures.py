@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import vllm_tvm
+from vllm_tvm.artifact_registry.index import INDEX_NAME, RegistryIndex, parse_index
+from vllm_tvm.artifact_registry.machine import cpu_features, installed_tvm_version
+from vllm_tvm.artifact_registry.publish import publish
+from vllm_tvm.artifact_registry.signing import generate_keypair
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, write_manifest
 from vllm_tvm.artifacts.runtime_spec import (
     FULL_ATTENTION,
@@ -20,10 +24,6 @@ from vllm_tvm.artifacts.runtime_spec import (
     AttentionLayerSpec,
     RuntimeSpec,
 )
-from vllm_tvm.registry.index import INDEX_NAME, RegistryIndex, parse_index
-from vllm_tvm.registry.machine import cpu_features, installed_tvm_version
-from vllm_tvm.registry.publish import publish
-from vllm_tvm.registry.signing import generate_keypair
 
 MODEL_ID = "tiny-fake"
 LIBRARY_BYTES = 300_000

@@ -22,7 +22,8 @@ import uvicorn
 from openai import OpenAI
 from tiny_models import TinyModelSpec, make_tiny_model
 
-from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.entrypoints.resolve import resolve_artifact
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
@@ -126,7 +127,7 @@ class ServerFarm:
 def start_farm(model_dir: Path, **engine_overrides: Any) -> ServerFarm:
     """Compile (cached) and load the tiny chat checkpoint; an engine with no server yet.
     `engine_overrides` are EngineArgs fields (default: 64 KV blocks)."""
-    artifact = resolve_artifact(model_dir, "cpu", "auto", show_progress=False)
+    artifact = resolve_artifact(CompileOptions(model_dir), show_progress=False)
     options = {"num_blocks": 64, "show_progress": False, "seed": 0, **engine_overrides}
     llm = LLMEngine.from_args(EngineArgs(model=str(model_dir), artifact=artifact, **options))
     constraints = GrammarConstraints(llm.tokenizer, llm.runner.vocab_size, llm.eos_token_ids)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from vllm_tvm.artifacts.backends import ATTENTION_FLASHINFER, ATTENTION_TIR
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.compiler import attention
 from vllm_tvm.compiler.attention import flashinfer_build_environment, resolve_attention
-from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER, ATTENTION_TIR
 from vllm_tvm.compiler.build import cache_key_for, make_request
 
 
@@ -27,7 +28,10 @@ def flashinfer_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_tir_is_the_default(tiny_model_dir) -> None:
-    assert make_request(tiny_model_dir("llama"), "cuda", "bfloat16").attention == ATTENTION_TIR
+    assert (
+        make_request(CompileOptions(tiny_model_dir("llama"), "cuda", "bfloat16")).attention
+        == ATTENTION_TIR
+    )
 
 
 def test_unknown_attention_is_refused_by_name() -> None:
@@ -59,8 +63,8 @@ def test_a_flashinfer_with_other_kernel_arguments_is_refused(
 
 def test_attention_choice_changes_the_cache_key(tiny_model_dir, flashinfer_importable) -> None:
     model = tiny_model_dir("llama")
-    assert cache_key_for(make_request(model, "cuda", "bfloat16")) != cache_key_for(
-        make_request(model, "cuda", "bfloat16", attention=ATTENTION_FLASHINFER)
+    assert cache_key_for(make_request(CompileOptions(model, "cuda", "bfloat16"))) != cache_key_for(
+        make_request(CompileOptions(model, "cuda", "bfloat16", attention=ATTENTION_FLASHINFER))
     )
 
 

@@ -109,6 +109,7 @@ def test_greedy_tokens_equal_transformers_batched_and_sequential(llm: LLM, model
         assert llm.generate([prompt], params)[0].outputs[0].token_ids == tokens
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 def test_soft_capped_gemma2_compiles_for_sm90a(model_dir: Path, tmp_path: Path) -> None:
     output = tmp_path / "artifact"

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import ParamEntry, read_manifest
 from vllm_tvm.benchmarking import BenchConfig, run_benchmark
-from vllm_tvm.entrypoints.llm import LLM, resolve_artifact
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.entrypoints.resolve import resolve_artifact
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -32,7 +34,7 @@ def config_only_dir(tiny_model_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def artifact(config_only_dir) -> Path:
-    return resolve_artifact(config_only_dir, "cpu", "auto", show_progress=False)
+    return resolve_artifact(CompileOptions(config_only_dir), show_progress=False)
 
 
 def test_dummy_params_follow_the_manifest_in_shape_and_dtype(artifact) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.resolution_memo import remember_artifact, remembered_artifact
 from vllm_tvm.cli import preflight
-from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.entrypoints.resolve import resolve_artifact, resolve_engine
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 
@@ -31,27 +32,27 @@ def built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
 
 def test_a_remembered_resolution_is_found_while_nothing_changed(built) -> None:
     model, artifact = built
-    assert remembered_artifact(model, "cpu", "auto", "native") is None
-    remember_artifact(model, "cpu", "auto", "native", artifact)
-    assert remembered_artifact(model, "cpu", "auto", "native") == artifact
-    assert remembered_artifact(model, "cpu", "float32", "native") is None
+    assert remembered_artifact(CompileOptions(model)) is None
+    remember_artifact(CompileOptions(model), artifact)
+    assert remembered_artifact(CompileOptions(model)) == artifact
+    assert remembered_artifact(CompileOptions(model, dtype="float32")) is None
 
 
 def test_a_changed_model_file_or_compiler_switch_misses(built, monkeypatch) -> None:
     model, artifact = built
-    remember_artifact(model, "cpu", "auto", "native", artifact)
+    remember_artifact(CompileOptions(model), artifact)
     monkeypatch.setenv("VLLM_TVM_CUDA_GRAPH", "0")
-    assert remembered_artifact(model, "cpu", "auto", "native") is None
+    assert remembered_artifact(CompileOptions(model)) is None
     monkeypatch.delenv("VLLM_TVM_CUDA_GRAPH")
     model.write_bytes(b"other weights")
-    assert remembered_artifact(model, "cpu", "auto", "native") is None
+    assert remembered_artifact(CompileOptions(model)) is None
 
 
 def test_an_incomplete_artifact_is_not_given(built) -> None:
     model, artifact = built
-    remember_artifact(model, "cpu", "auto", "native", artifact)
+    remember_artifact(CompileOptions(model), artifact)
     (artifact / "manifest.json").unlink()
-    assert remembered_artifact(model, "cpu", "auto", "native") is None
+    assert remembered_artifact(CompileOptions(model)) is None
 
 
 def test_a_built_artifact_selects_the_runtime_library_before_tvm_loads(
@@ -64,16 +65,17 @@ def test_a_built_artifact_selects_the_runtime_library_before_tvm_loads(
     monkeypatch.delenv(preflight.RUNTIME_ONLY_ENV)
     monkeypatch.delitem(sys.modules, "tvm")
     engine = EngineArgs(model=str(model))
-    assert preflight.use_built_artifact(engine) == engine  # still to compile
+    preflight.select_runtime_library(engine)  # still to compile
     assert preflight.RUNTIME_ONLY_ENV not in os.environ
-    remember_artifact(model, "cpu", "auto", "native", artifact)
-    assert preflight.use_built_artifact(engine).artifact == artifact
+    remember_artifact(engine.compile_options, artifact)
+    resolved = resolve_engine(engine, before_load=preflight.select_runtime_library)
+    assert resolved.artifact == artifact
     assert os.environ[preflight.RUNTIME_ONLY_ENV] == "1"
 
 
 def test_generate_from_a_cached_artifact_loads_no_compiler(tiny_model_dir, make_llm) -> None:
     model = tiny_model_dir("llama")
-    resolve_artifact(model, "cpu", "auto", show_progress=False)  # built and remembered
+    resolve_artifact(CompileOptions(model), show_progress=False)  # built and remembered
     expected = make_llm().generate("hello world", SamplingParams(temperature=0.0, max_tokens=6))
     script = (
         "import sys; from vllm_tvm.cli.main import main; "

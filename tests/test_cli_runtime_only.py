@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.compiler.build import compile_cached, make_request
 
 
@@ -32,7 +33,9 @@ def test_bench_runs_a_prebuilt_artifact_without_the_compiler(
     tiny_model_dir, tmp_path: Path
 ) -> None:
     model = tiny_model_dir("llama")
-    artifact = compile_cached(make_request(model, "llvm", "float32"), show_progress=False)
+    artifact = compile_cached(
+        make_request(CompileOptions(model, "llvm", "float32")), show_progress=False
+    )
     report_path = tmp_path / "report.json"
     arguments = ["bench", "--model", str(model), "--artifact", str(artifact)]
     arguments += ["--load-format", "dummy", "--input-len", "8", "--output-len", "4"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.compiler import build
 from vllm_tvm.compiler.build import cache_key_for, make_request
 from vllm_tvm.compiler.source_digest import (
@@ -39,7 +40,7 @@ def test_the_key_covers_what_the_compiler_reaches_through_its_imports() -> None:
         "artifacts",
         "checkpoints",
         "compiler",
-        "kernels",
+        "extensions",
         "model_defs",
         "schedules",
     }
@@ -48,7 +49,7 @@ def test_the_key_covers_what_the_compiler_reaches_through_its_imports() -> None:
 @pytest.mark.parametrize(
     ("source", "edit"),
     [
-        ("kernels/cublaslt_gemm.cc", "\n// a changed kernel\n"),
+        ("extensions/cublaslt_gemm.cc", "\n// a changed kernel\n"),
         ("checkpoints/weight_formats.py", "\n# a changed storage format\n"),
         ("checkpoints/gguf_config.py", "\n# a changed GGUF reading\n"),
         ("schedules/sampling_kernels.py", "\n# a changed schedule\n"),
@@ -88,7 +89,7 @@ def test_a_new_import_brings_its_subpackage_into_the_key(
 def test_the_request_key_follows_the_source_digest(
     tiny_model_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    request = make_request(tiny_model_dir("llama"))
+    request = make_request(CompileOptions(tiny_model_dir("llama")))
     before = cache_key_for(request)
     monkeypatch.setattr(build, "compiler_source_digest", lambda: "edited sources")
     assert cache_key_for(request) != before

@@ -12,16 +12,17 @@ import pytest
 import tvm
 from tvm import relax, tirx
 
+from vllm_tvm.artifacts.backends import GEMM_CUBLASLT, GEMM_TIR
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.model_config import read_model_config
-from vllm_tvm.compiler.backends import GEMM_CUBLASLT, GEMM_TIR
 from vllm_tvm.compiler.build import compile_cached, make_request
 from vllm_tvm.compiler.export import export_model
 from vllm_tvm.compiler.gemm_dispatch import calls_cublaslt
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION, library_metadata
 from vllm_tvm.compiler.pipeline import LibraryContents, rewrite_pipeline
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS, AttachSamplingFunctions
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.model_defs.architectures import family_for
 
 
 def _dims(ty: relax.TensorType) -> list[str | int]:
@@ -61,7 +62,7 @@ def test_model_definitions_export_no_sampling_functions(tiny_model_dir) -> None:
 def test_the_rewrite_phase_adds_the_library_functions_and_dispatches_only_when_asked(
     tiny_model_dir, gemm: str, dispatched: bool
 ) -> None:
-    request = make_request(tiny_model_dir("llama"), "cuda", "bfloat16", gemm=gemm)
+    request = make_request(CompileOptions(tiny_model_dir("llama"), "cuda", "bfloat16", gemm=gemm))
     exported = export_model(request)
     assert not calls_cublaslt(exported.mod)
     vocab_size = exported.manifest.model_config["vocab_size"]
@@ -73,7 +74,9 @@ def test_the_rewrite_phase_adds_the_library_functions_and_dispatches_only_when_a
 
 
 def test_the_library_metadata_is_what_the_manifest_says_of_the_library(tiny_model_dir) -> None:
-    artifact: Path = compile_cached(make_request(tiny_model_dir("llama")), show_progress=False)
+    artifact: Path = compile_cached(
+        make_request(CompileOptions(tiny_model_dir("llama"))), show_progress=False
+    )
     manifest = read_manifest(artifact)
     library = tvm.runtime.load_module(str(artifact / "model.so"))
     metadata = json.loads(

@@ -19,9 +19,9 @@ import pytest
 from test_cuda_build import MODULE_SOURCE
 from test_registry_index import H200, entry
 
+from vllm_tvm.artifact_registry.machine import why_not
 from vllm_tvm.compiler import cuda_binaries, cuda_build
 from vllm_tvm.compiler.targets import CUDA_ARCHS, FAT_CUDA_ALL, resolve_target
-from vllm_tvm.registry.machine import why_not
 
 NEW_PRESETS = ["sm_86", "sm_87", "sm_103a", "sm_110", "sm_121a"]
 

@@ -13,7 +13,10 @@ import pytest
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.cli.main import main as cli_main
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH"),
+    pytest.mark.slow,  # one nvcc model build per test
+]
 
 
 @pytest.mark.parametrize(

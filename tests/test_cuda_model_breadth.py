@@ -17,7 +17,10 @@ from vllm_tvm.artifacts.manifest import LIBRARY_NAME
 from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.compiler import cuda_binaries
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH"),
+    pytest.mark.slow,  # one nvcc model build per test
+]
 
 
 @pytest.mark.parametrize("name", ["gpt2_tied", "phi3_longrope_partial"])

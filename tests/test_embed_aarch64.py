@@ -28,10 +28,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow  # an aarch64 compile, a cross build and qemu
 def test_aarch64_bundle_under_qemu_gives_the_engines_greedy_tokens(
     tiny_model_dir, make_llm, tmp_path
 ):
-    from vllm_tvm.embedding.bundle import write_embedding_bundle
+    from vllm_tvm.native_bundle.bundle import write_embedding_bundle
 
     bundle = write_embedding_bundle(tmp_path / "bundle", tiny_model_dir("llama"), "aarch64").path
     for binary in (bundle / "lib" / "libvllm_tvm.so", bundle / "model" / "model.so"):

@@ -217,9 +217,10 @@ def test_the_example_builds_with_the_bundles_cmakelists(bundle, tmp_path):
         assert done.stdout == expected, linkage
 
 
+@pytest.mark.slow  # a second build of the library, instrumented
 def test_the_library_is_clean_under_address_sanitizer(bundle, tmp_path):
     """The example, linked with an ASan build of libvllm_tvm, on good and bad inputs."""
-    from vllm_tvm.embedding.native_build import build_native
+    from vllm_tvm.native_bundle.native_build import build_native
 
     asan_bundle = tmp_path / "bundle"
     shutil.copytree(bundle, asan_bundle)
@@ -252,8 +253,8 @@ def test_the_library_is_clean_under_address_sanitizer(bundle, tmp_path):
 @pytest.mark.parametrize("target", ["android-arm64", "ios-arm64"])
 def test_phone_presets_fail_naming_their_toolchain(target, tmp_path, capsys):
     from vllm_tvm.cli.main import main as cli_main
-    from vllm_tvm.embedding.bundle import write_embedding_bundle
-    from vllm_tvm.embedding.targets import MISSING_TOOLCHAINS
+    from vllm_tvm.native_bundle.bundle import write_embedding_bundle
+    from vllm_tvm.native_bundle.targets import MISSING_TOOLCHAINS
 
     with pytest.raises(NotImplementedError, match=target) as refused:
         write_embedding_bundle(tmp_path / "b", tmp_path, target)

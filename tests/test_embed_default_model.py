@@ -13,7 +13,7 @@ import pytest
 from embed_abi import OK, TOKENIZER_TEXTS, detokenize, load_engine, load_library, tokenize
 
 from vllm_tvm import LLM, SamplingParams
-from vllm_tvm.cli.default_model import DefaultModelMissingError, default_model_path
+from vllm_tvm.checkpoints.default_model import DefaultModelMissingError, default_model_path
 from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.runtime.tokenization.tokenizer import load_tokenizer
 

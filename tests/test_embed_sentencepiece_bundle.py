@@ -53,8 +53,8 @@ def sentencepiece_model(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory
 
 
 def test_cli_gives_the_engines_ids_with_a_sentencepiece_tokenizer(sentencepiece_model, tmp_path):
-    from vllm_tvm.embedding.bundle import write_embedding_bundle
     from vllm_tvm.entrypoints.llm import LLM
+    from vllm_tvm.native_bundle.bundle import write_embedding_bundle
     from vllm_tvm.runtime.tokenization.tokenizer import load_tokenizer
 
     bundle = write_embedding_bundle(tmp_path / "bundle", sentencepiece_model).path

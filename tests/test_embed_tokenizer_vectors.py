@@ -43,7 +43,7 @@ LONG_TEXT = "The quick brown fox, 12345 times;\n\t" * 600
 
 @pytest.fixture(scope="module")
 def tokenize_tool() -> Path:
-    from vllm_tvm.embedding.native_build import build_native
+    from vllm_tvm.native_bundle.native_build import build_native
 
     return build_native().tokenize_tool
 

@@ -26,12 +26,12 @@ from vllm_tvm.checkpoints.family_index import gguf_architectures, served_archite
 from vllm_tvm.checkpoints.family_spec import FamilySpec, GGUFArchitecture
 from vllm_tvm.checkpoints.gguf_config import check_gguf_supported, hf_config_from_gguf
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
-from vllm_tvm.model_defs.config import parse_llama_family_config
-from vllm_tvm.model_defs.registry import (
+from vllm_tvm.model_defs.architectures import (
     DEFINITIONS,
     UnsupportedArchitectureError,
     family_for,
 )
+from vllm_tvm.model_defs.config import parse_llama_family_config
 
 
 def _transformers_classes() -> set[str]:

@@ -23,6 +23,7 @@ from quantized_checkpoints import (
     rewrite_checkpoint,
 )
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.checkpoints.prequantized import check_prequantized
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
@@ -133,4 +134,4 @@ def test_unsupported_checkpoint_quantization_refused_by_name(quantization_config
 def test_group_quantization_of_an_fp8_checkpoint_refused(fp8_checkpoints) -> None:
     model_dir, _ = fp8_checkpoints["per_tensor"]
     with pytest.raises(ValueError, match="already quantized"):
-        make_request(model_dir, quantization="q4_0")
+        make_request(CompileOptions(model_dir, quantization="q4_0"))

@@ -20,6 +20,7 @@ from quantized_checkpoints import rewrite_checkpoint
 from test_fp8_checkpoints import SCHEMES, fp8_quantizer
 from tvm import te
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.fp8_weights import fp8_row_scaled
 from vllm_tvm.compiler.build import compile_model, make_request
@@ -29,7 +30,7 @@ from vllm_tvm.compiler.fp8_gemm_dispatch import (
     dispatch_fp8_gemms,
     fp8_gemm_applies,
 )
-from vllm_tvm.kernels.cublaslt import EXTENSION_NAME
+from vllm_tvm.extensions.cublaslt import EXTENSION_NAME
 from vllm_tvm.schedules.fp8_activation import (
     E4M3_MAX,
     encode_e4m3,
@@ -116,7 +117,7 @@ def _script_counts(mod: tvm.IRModule, function: str) -> tuple[int, int]:
 
 
 def test_row_scaled_fp8_products_go_to_the_fp8_gemm(per_channel_fp8) -> None:
-    request = make_request(per_channel_fp8, "cuda", "bfloat16")
+    request = make_request(CompileOptions(per_channel_fp8, "cuda", "bfloat16"))
     mod, rewritten = dispatch_fp8_gemms(export_model(request).mod)
     layers = 2
     per_layer = 4  # qkv, o, gate_up, down: every projection is FP8, the head is not
@@ -127,9 +128,10 @@ def test_row_scaled_fp8_products_go_to_the_fp8_gemm(per_channel_fp8) -> None:
     assert rewritten == 2 * layers * per_layer
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_fp8_checkpoint_builds_for_sm90a_calling_the_fp8_gemm(per_channel_fp8, tmp_path) -> None:
-    request = make_request(per_channel_fp8, "cuda", "bfloat16")
+    request = make_request(CompileOptions(per_channel_fp8, "cuda", "bfloat16"))
     artifact = compile_model(request, tmp_path / "artifact", show_progress=False)
     assert read_manifest(artifact).extensions == [EXTENSION_NAME]
     library = next(artifact.glob("*.so"))

@@ -18,12 +18,13 @@ import pytest
 import tvm
 import tvm_ffi
 
+from vllm_tvm.artifacts.backends import GEMM_CUBLASLT, GEMM_TIR
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest, sha256_of_file
-from vllm_tvm.compiler.backends import GEMM_CUBLASLT, GEMM_TIR
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_to_cublaslt
-from vllm_tvm.kernels import cublaslt
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.extensions import cublaslt
+from vllm_tvm.model_defs.architectures import family_for
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
 
@@ -71,28 +72,28 @@ def test_float32_models_are_left_alone(tiny_model_dir) -> None:
 
 def test_gemm_auto_means_cublaslt_for_16_bit_cuda_and_tir_elsewhere(tiny_model_dir) -> None:
     model = tiny_model_dir("llama")
-    assert make_request(model, "cuda", "bfloat16").gemm == GEMM_CUBLASLT
-    assert make_request(model, "cuda", "float32").gemm == GEMM_TIR
-    assert make_request(model, "llvm", "float32").gemm == GEMM_TIR
-    assert make_request(model, "cuda", "bfloat16", gemm="tir").gemm == GEMM_TIR
+    assert make_request(CompileOptions(model, "cuda", "bfloat16")).gemm == GEMM_CUBLASLT
+    assert make_request(CompileOptions(model, "cuda", "float32")).gemm == GEMM_TIR
+    assert make_request(CompileOptions(model, "llvm", "float32")).gemm == GEMM_TIR
+    assert make_request(CompileOptions(model, "cuda", "bfloat16", gemm="tir")).gemm == GEMM_TIR
 
 
 def test_cublaslt_on_a_cpu_target_is_refused_by_name(tiny_model_dir) -> None:
     with pytest.raises(ValueError, match="gemm 'cublaslt' needs a cuda target"):
-        make_request(tiny_model_dir("llama"), "llvm", "float32", gemm="cublaslt")
+        make_request(CompileOptions(tiny_model_dir("llama"), "llvm", "float32", gemm="cublaslt"))
 
 
 def test_unknown_gemm_backend_is_refused_by_name(tiny_model_dir) -> None:
     with pytest.raises(ValueError, match="unsupported gemm 'cutlass'; supported: auto"):
-        make_request(tiny_model_dir("llama"), "cuda", "bfloat16", gemm="cutlass")
+        make_request(CompileOptions(tiny_model_dir("llama"), "cuda", "bfloat16", gemm="cutlass"))
 
 
 def test_gemm_choice_changes_the_cache_key(tiny_model_dir) -> None:
     from vllm_tvm.compiler.build import cache_key_for
 
     model = tiny_model_dir("llama")
-    assert cache_key_for(make_request(model, "cuda", "bfloat16")) != cache_key_for(
-        make_request(model, "cuda", "bfloat16", gemm="tir")
+    assert cache_key_for(make_request(CompileOptions(model, "cuda", "bfloat16"))) != cache_key_for(
+        make_request(CompileOptions(model, "cuda", "bfloat16", gemm="tir"))
     )
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import transformers
 
+from vllm_tvm.artifacts.backends import ATTENTION_FLASHINFER, ATTENTION_TIR
 from vllm_tvm.checkpoints.gguf_tensor_names import hf_tensor_name
 from vllm_tvm.compiler.attention import check_attention_softcap
-from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER, ATTENTION_TIR
 from vllm_tvm.model_defs.config import ModelConfigError, parse_llama_family_config
 
 SHAPE = {

@@ -28,6 +28,7 @@ from safetensors.numpy import load_file
 from tiny_models import load_oracle
 from tokenizers import Tokenizer
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.checkpoints.family_index import gguf_architectures
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
 from vllm_tvm.checkpoints.gguf_tensor_names import accepted_tensor_names
@@ -35,8 +36,8 @@ from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.model_defs.config import parse_llama_family_config
-from vllm_tvm.model_defs.registry import family_for
 from vllm_tvm.runtime.tokenization import load_tokenizer
 
 FAMILIES = {
@@ -124,7 +125,7 @@ def test_phi3_q8_0_kept_quantized_equals_transformers_on_its_values(
     model_dir = tiny_model_dir(FAMILIES["phi3"])
     path = tmp_path / "phi3-q8_0.gguf"
     expected = write_family_gguf(model_dir, path, Q.Q8_0)
-    formats = make_request(path).weight_formats
+    formats = make_request(CompileOptions(path)).weight_formats
     assert formats["model.layers.0.self_attn.qkv_proj.weight"] == "q8_0"
     assert formats["model.layers.1.mlp.gate_up_proj.weight"] == "q8_0"
     oracle = dequantized_oracle(model_dir, expected)

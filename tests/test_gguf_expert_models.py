@@ -28,6 +28,7 @@ from tiny_models import TINY_MODELS, TinyModelSpec, load_oracle, make_tiny_model
 from tokenizers import Tokenizer
 from transformers import AutoConfig
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.checkpoints.gguf_config import hf_config_from_gguf
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 from vllm_tvm.compiler.build import make_request
@@ -115,7 +116,7 @@ def test_every_tensor_equals_the_weights_the_file_holds(written: Written) -> Non
 def test_config_parses_to_the_checkpoint_config(written: Written) -> None:
     """Our GGUF config and the HF config.json give the same model description."""
     from vllm_tvm.checkpoints.model_config import read_model_config
-    from vllm_tvm.model_defs.registry import family_for
+    from vllm_tvm.model_defs.architectures import family_for
 
     ours = hf_config_from_gguf(written.gguf_path)
     hf = read_model_config(written.model_dir)
@@ -147,7 +148,7 @@ def test_a_quantized_kv_b_proj_is_dequantized_at_load(tmp_path: Path) -> None:
     """The absorbed attention slices `kv_b_proj` per head, so it never takes a block format;
     the other projections of the same Q8_0 file do."""
     written = _write(CASES["deepseek_v2_kv_b_q8_0"], tmp_path, "kv_b")
-    formats = make_request(written.gguf_path).weight_formats
+    formats = make_request(CompileOptions(written.gguf_path)).weight_formats
     assert formats["model.layers.1.self_attn.q_proj.weight"] == "q8_0"
     assert "model.layers.1.self_attn.kv_b_proj.weight" not in formats
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from vllm_tvm.checkpoints import gguf_file
+from vllm_tvm.checkpoints.default_model import DefaultModelMissingError, default_model_path
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
 from vllm_tvm.checkpoints.model_config import read_gguf_tensor_types, read_model_config
-from vllm_tvm.cli.default_model import DefaultModelMissingError, default_model_path
 from vllm_tvm.runtime.tokenization import load_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "peers"))

@@ -26,6 +26,7 @@ from gguf_fused_dequant_helpers import (
     write_quantized_llama,
 )
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.gguf_repack import repack
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
@@ -62,7 +63,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[Q, Path]:
 
 
 def _artifact(model: Path, weight_format: str) -> Path:
-    return compile_cached(make_request(model, weight_format=weight_format), show_progress=False)
+    return compile_cached(
+        make_request(CompileOptions(model, weight_format=weight_format)), show_progress=False
+    )
 
 
 def _assert_logits_close(fused: np.ndarray, plain: np.ndarray) -> None:
@@ -75,7 +78,7 @@ def _assert_logits_close(fused: np.ndarray, plain: np.ndarray) -> None:
 def test_native_keeps_every_linear_and_embedding_weight_quantized(
     files: dict[Q, Path], qtype: Q
 ) -> None:
-    request = make_request(files[qtype])
+    request = make_request(CompileOptions(files[qtype]))
     assert dict(request.weight_formats) == {name: qtype.name.lower() for name in QUANTIZABLE}
 
 
@@ -107,7 +110,7 @@ def test_fused_greedy_tokens_equal_the_dequantized_path(files: dict[Q, Path], qt
 
 def test_tied_embedding_table_serves_embed_and_logits_quantized(tmp_path: Path) -> None:
     model = write_quantized_llama(tmp_path / "tied.gguf", Q.Q8_0, tied=True)
-    request = make_request(model)
+    request = make_request(CompileOptions(model))
     assert request.weight_formats["model.embed_tokens.weight"] == "q8_0"
     assert "lm_head.weight" not in request.weight_formats
     fused = greedy(_artifact(model, "native"), model, STEPS)
@@ -152,7 +155,7 @@ def test_manifest_records_each_plane_with_its_format(files: dict[Q, Path]) -> No
 
 
 def test_dequantized_arm_stores_every_parameter_as_float(files: dict[Q, Path]) -> None:
-    request = make_request(files[Q.Q4_1], weight_format="dequantized")
+    request = make_request(CompileOptions(files[Q.Q4_1], weight_format="dequantized"))
     assert dict(request.weight_formats) == {}
     manifest = read_manifest(_artifact(files[Q.Q4_1], "dequantized"))
     assert {p.format for p in manifest.params} == {FLOAT}
@@ -161,15 +164,18 @@ def test_dequantized_arm_stores_every_parameter_as_float(files: dict[Q, Path]) -
 
 
 def test_weight_format_is_part_of_the_cache_key(files: dict[Q, Path]) -> None:
-    native = cache_key_for(make_request(files[Q.Q4_1]))
-    plain = cache_key_for(make_request(files[Q.Q4_1], weight_format="dequantized"))
-    other_type = cache_key_for(make_request(files[Q.Q8_0]))
+    native = cache_key_for(make_request(CompileOptions(files[Q.Q4_1])))
+    plain = cache_key_for(make_request(CompileOptions(files[Q.Q4_1], weight_format="dequantized")))
+    other_type = cache_key_for(make_request(CompileOptions(files[Q.Q8_0])))
     assert len({native, plain, other_type}) == 3
 
 
 def test_dequantized_arm_serves_files_of_any_type_with_one_artifact(files: dict[Q, Path]) -> None:
     same_config = [files[t] for t in (Q.Q8_0, Q.Q4_0, Q.Q4_1)]
-    keys = {cache_key_for(make_request(f, weight_format="dequantized")) for f in same_config}
+    keys = {
+        cache_key_for(make_request(CompileOptions(f, weight_format="dequantized")))
+        for f in same_config
+    }
     assert len(keys) == 1
 
 
@@ -205,7 +211,7 @@ def test_projection_with_mixed_types_is_dequantized_at_load(tmp_path: Path) -> N
         f"{prefix}o_proj.weight": Q.Q4_1,
         "model.layers.1.mlp.down_proj.weight": Q.F16,
     }
-    request = make_request(write_quantized_llama(tmp_path / "mixed.gguf", types))
+    request = make_request(CompileOptions(write_quantized_llama(tmp_path / "mixed.gguf", types)))
     assert dict(request.weight_formats) == {
         f"{prefix}o_proj.weight": "q4_1",
         "model.layers.1.mlp.down_proj.weight": "f16",
@@ -219,14 +225,19 @@ def test_16_bit_weights_stay_16_bit_only_where_the_artifact_would_widen_them(
     """An fp32 CPU artifact keeps them 16-bit; a 16-bit artifact holds them in its own dtype
     (as float weights), and a tensor-parallel split takes float weights only, so there no
     format is chosen."""
-    assert set(make_request(files[qtype]).weight_formats.values()) == {qtype.name.lower()}
-    assert dict(make_request(files[qtype], dtype="float16").weight_formats) == {}
-    assert dict(make_request(files[qtype], tensor_parallel_shards=2).weight_formats) == {}
+    assert set(make_request(CompileOptions(files[qtype])).weight_formats.values()) == {
+        qtype.name.lower()
+    }
+    assert dict(make_request(CompileOptions(files[qtype], dtype="float16")).weight_formats) == {}
+    assert (
+        dict(make_request(CompileOptions(files[qtype], tensor_parallel_size=2)).weight_formats)
+        == {}
+    )
 
 
 def test_unknown_weight_format_is_refused_naming_the_choices(files: dict[Q, Path]) -> None:
     with pytest.raises(ValueError, match=r"unsupported weight format 'int2'; .*native, dequant"):
-        make_request(files[Q.Q4_1], weight_format="int2")
+        make_request(CompileOptions(files[Q.Q4_1], weight_format="int2"))
 
 
 @pytest.mark.parametrize("command", ["compile", "generate"])

@@ -17,13 +17,14 @@ from tvm import relax
 from tvm.relax.frontend import nn
 from tvm.s_tir import dlight as dl
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.checkpoints.weight_formats import FORMATS
 from vllm_tvm.compiler import cuda_binaries
 from vllm_tvm.compiler.build import compile_model, make_request
 from vllm_tvm.compiler.targets import resolve_target
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.model_defs.quant_linear import DEQUANTIZE_BLOCK, QuantWeight, apply_weight_formats
-from vllm_tvm.model_defs.registry import family_for
 
 TARGET = resolve_target("cuda:sm_90a")
 
@@ -68,7 +69,7 @@ def typed_file(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 def _rules_per_product(model_file: Path, weight_format: str) -> dict[str, list[str]]:
     """For each NT-matmul function of the model, which of dlight's matmul-family GPU rules
     accept it (names with the format taken out, so both arms' names match)."""
-    request = make_request(model_file, "cuda:sm_90a", weight_format=weight_format)
+    request = make_request(CompileOptions(model_file, "cuda:sm_90a", weight_format=weight_format))
     config = read_model_config(model_file)
     family = family_for(config)
     target = TARGET.make_target()
@@ -119,9 +120,10 @@ def test_dlight_gemv_schedules_a_single_row_quantized_product(fmt_name: str) -> 
     assert _applies(dl.gpu.GEMV(), func, target)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
 def test_quantized_model_builds_a_cuda_library(model_file: Path, tmp_path: Path) -> None:
-    request = make_request(model_file, "cuda:sm_90a")
+    request = make_request(CompileOptions(model_file, "cuda:sm_90a"))
     assert request.weight_formats["model.layers.0.mlp.down_proj.weight"] == "q4_1"
     artifact = compile_model(request, tmp_path / "artifact", show_progress=False)
     assert cuda_binaries.library_embeds_cuda_binary(artifact / "model.so", "sm_90a")

@@ -13,6 +13,7 @@ import pytest
 import torch
 from default_model_helpers import NEEDS_DEFAULT_MODEL, installed_default_model
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -52,13 +53,16 @@ def test_transformers_oracle_gives_the_llama_cpp_tokens(transformers_tokens: lis
 
 
 def test_native_format_keeps_matrices_and_tied_embedding_quantized() -> None:
-    formats = make_request(PATH).weight_formats
+    formats = make_request(CompileOptions(PATH)).weight_formats
     assert formats["model.embed_tokens.weight"] == "q8_0"
     assert formats["model.layers.29.mlp.gate_up_proj.weight"] == "q4_1"
     assert len(formats) == 1 + 30 * 4
 
 
-@pytest.mark.parametrize("weight_format", ["native", "dequantized"])
+@pytest.mark.parametrize(
+    "weight_format",
+    ["native", pytest.param("dequantized", marks=pytest.mark.slow)],  # a compile of its own
+)
 def test_greedy_tokens_equal_transformers(
     transformers_tokens: list[int], weight_format: str
 ) -> None:

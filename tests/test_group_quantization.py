@@ -17,6 +17,7 @@ from gguf.quants import dequantize, quantize
 from quantized_checkpoints import PROMPTS, assert_equals_oracle, prefill_logits
 from tiny_models import load_oracle
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.checkpoints.group_quantization import (
     GroupQuantizedWeights,
     check_quantization,
@@ -93,7 +94,7 @@ def test_gguf_checkpoint_refused_with_quantization(tmp_path) -> None:
 
     path = write_quantized_llama(tmp_path / "tiny.gguf", GGMLQuantizationType.Q8_0)
     with pytest.raises(ValueError, match=r"applies to float checkpoints.*GGUF"):
-        make_request(path, quantization="q4_0")
+        make_request(CompileOptions(path, quantization="q4_0"))
 
 
 def test_compile_prints_the_error_report(tiny_model_dir, tmp_path, capsys) -> None:

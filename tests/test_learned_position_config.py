@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import transformers
 
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.model_defs.config import ModelConfigError
-from vllm_tvm.model_defs.registry import family_for
 
 SHAPE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 32}
 

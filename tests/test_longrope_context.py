@@ -24,12 +24,14 @@ from gguf_families import write_family_gguf
 from tiny_models import TINY_MODELS, load_oracle
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.compiler.build import cache_key_for, make_request
-from vllm_tvm.entrypoints.llm import LLM, resolve_artifact
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.entrypoints.resolve import resolve_artifact
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 NAME = "phi3_longrope_partial"
@@ -94,7 +96,7 @@ def test_generation_up_to_the_original_length_equals_transformers(tiny_model_dir
 
 
 def test_a_context_past_the_original_length_is_refused_by_name(tiny_model_dir) -> None:
-    short_factors = resolve_artifact(tiny_model_dir(NAME), "cpu", "auto", show_progress=False)
+    short_factors = resolve_artifact(CompileOptions(tiny_model_dir(NAME)), show_progress=False)
     with pytest.raises(ValueError, match=rf"context limit {ORIGINAL} \(longrope: "):
         LLM(
             tiny_model_dir(NAME),
@@ -107,13 +109,17 @@ def test_a_context_past_the_original_length_is_refused_by_name(tiny_model_dir) -
 
 def test_the_factor_set_is_part_of_the_artifact_identity(tiny_model_dir) -> None:
     model_dir = tiny_model_dir(NAME)
-    own, long = (cache_key_for(make_request(model_dir, max_model_len=n)) for n in (None, 512))
-    assert own == cache_key_for(make_request(model_dir, max_model_len=ORIGINAL))
-    assert long == cache_key_for(make_request(model_dir, max_model_len=LONG_CONTEXT))
+    own, long = (
+        cache_key_for(make_request(CompileOptions(model_dir, max_model_len=n))) for n in (None, 512)
+    )
+    assert own == cache_key_for(make_request(CompileOptions(model_dir, max_model_len=ORIGINAL)))
+    assert long == cache_key_for(
+        make_request(CompileOptions(model_dir, max_model_len=LONG_CONTEXT))
+    )
     assert own != long
     llama = tiny_model_dir("llama")
-    assert cache_key_for(make_request(llama)) == cache_key_for(
-        make_request(llama, max_model_len=256)
+    assert cache_key_for(make_request(CompileOptions(llama))) == cache_key_for(
+        make_request(CompileOptions(llama, max_model_len=256))
     )
 
 
@@ -121,7 +127,7 @@ def test_compile_max_model_len_builds_the_long_factor_artifact(tiny_model_dir, c
     model_dir = tiny_model_dir(NAME)
     assert cli_main(["compile", str(model_dir), "--max-model-len", "300"]) == 0
     artifact = Path(capsys.readouterr().out.strip().splitlines()[-1])
-    resolved = resolve_artifact(model_dir, "cpu", "auto", False, max_model_len=LONG_CONTEXT)
+    resolved = resolve_artifact(CompileOptions(model_dir, max_model_len=LONG_CONTEXT), False)
     assert artifact == resolved
     rope = read_manifest(artifact).model_config["rope_scaling"]
     assert (rope["factor_set"], rope["factors"]) == ("long", [4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
@@ -190,5 +196,5 @@ def test_publish_accepts_both_factor_sets_built_from_the_checkpoint(
 
     model_dir = tiny_model_dir(NAME)
     for context in (None, LONG_CONTEXT):
-        artifact = resolve_artifact(model_dir, "cpu", "auto", False, max_model_len=context)
+        artifact = resolve_artifact(CompileOptions(model_dir, max_model_len=context), False)
         check_artifact_fits(artifact, model_dir, read_manifest(artifact).target)

@@ -15,6 +15,7 @@ import pytest
 import tvm
 from tvm import te
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.compiler import cuda_binaries
 from vllm_tvm.compiler.build import compile_model, make_request
@@ -32,7 +33,9 @@ def expert_cuda_artifact(request, tiny_model_dir, tmp_path_factory) -> Path:
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc on PATH")
     output = tmp_path_factory.mktemp(f"cuda_{request.param}") / "artifact"
-    compile_request = make_request(tiny_model_dir(request.param), "cuda", "bfloat16")
+    compile_request = make_request(
+        CompileOptions(tiny_model_dir(request.param), "cuda", "bfloat16")
+    )
     return compile_model(compile_request, output, show_progress=False)
 
 

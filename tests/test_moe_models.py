@@ -18,10 +18,10 @@ from tiny_models import load_oracle
 
 from vllm_tvm.checkpoints.families.refused import FAMILIES as REFUSED_FAMILIES
 from vllm_tvm.compiler.targets import resolve_target
+from vllm_tvm.model_defs.architectures import UnsupportedArchitectureError, family_for
 from vllm_tvm.model_defs.config import ModelConfigError
 from vllm_tvm.model_defs.moe import MoEForCausalLM
 from vllm_tvm.model_defs.moe_config import parse_moe_config
-from vllm_tvm.model_defs.registry import UnsupportedArchitectureError, family_for
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 SHARED_EXPERT_MODEL = "qwen2_moe_shared_dense_first"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import ArtifactError, read_manifest
 from vllm_tvm.cli.main import main as cli_main
 from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
@@ -63,7 +64,9 @@ def test_unsupported_dtype_is_refused_naming_it(tiny_model_dir, capsys) -> None:
 def test_tampered_library_is_refused_before_loading(tiny_model_dir, tmp_path) -> None:
     model = tiny_model_dir("llama")
     artifact = tmp_path / "artifact"
-    shutil.copytree(compile_cached(make_request(model), show_progress=False), artifact)
+    shutil.copytree(
+        compile_cached(make_request(CompileOptions(model)), show_progress=False), artifact
+    )
     with (artifact / "model.so").open("ab") as stream:
         stream.write(b"\0")
     with pytest.raises(ArtifactError, match="sha256"):
@@ -72,14 +75,16 @@ def test_tampered_library_is_refused_before_loading(tiny_model_dir, tmp_path) ->
 
 def test_checkpoint_that_does_not_fit_the_artifact_is_refused(tiny_model_dir) -> None:
     llama = tiny_model_dir("llama")
-    artifact = compile_cached(make_request(tiny_model_dir("qwen3_qknorm")), show_progress=False)
+    artifact = compile_cached(
+        make_request(CompileOptions(tiny_model_dir("qwen3_qknorm"))), show_progress=False
+    )
     with pytest.raises(ValueError, match=r"expects|has no tensor"):
         ModelRunner(artifact, llama, show_progress=False)
 
 
 def test_manifest_records_what_the_runtime_needs(tiny_model_dir) -> None:
     model = tiny_model_dir("qwen2_tied_bias")
-    request = make_request(model)
+    request = make_request(CompileOptions(model))
     manifest = read_manifest(compile_cached(request, show_progress=False))
     assert manifest.architecture == "Qwen2ForCausalLM"
     assert manifest.dtype == "float32"

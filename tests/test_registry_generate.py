@@ -18,11 +18,11 @@ import pytest
 from registry_fixtures import make_fake_registry
 from registry_server import RegistryServer
 
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME, DefaultModelMissingError
-from vllm_tvm.cli.default_model import default_model_path as installed_default_model
+from vllm_tvm.artifact_registry import pull as pull_module
+from vllm_tvm.artifact_registry.store import model_dir, pulled_models
+from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME, DefaultModelMissingError
+from vllm_tvm.checkpoints.default_model import default_model_path as installed_default_model
 from vllm_tvm.cli.main import main
-from vllm_tvm.registry import pull as pull_module
-from vllm_tvm.registry.store import model_dir, pulled_models
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 PROMPT = [1, 5, 9, 2, 7]
@@ -220,16 +220,20 @@ def test_the_default_model_pulled_generates_what_its_local_compile_does(
 def test_serve_and_bench_take_a_registry_id(published: Published, served: RegistryServer) -> None:
     from vllm_tvm.cli.engine_args import engine_args_from_cli
     from vllm_tvm.cli.main import build_parser
-    from vllm_tvm.cli.serve_cmd import config_from_args
+    from vllm_tvm.cli.registry_args import registry_settings_from_cli
+    from vllm_tvm.cli.serve_cmd import checked_config
+    from vllm_tvm.entrypoints.resolve import resolve_engine
 
-    serve_args = build_parser().parse_args(["serve", published.model_id])
-    config = config_from_args(serve_args)
+    serve_args = build_parser().parse_args(["serve", published.model_id, "--port", "0"])
+    config = checked_config(serve_args)
     placed = pulled_models(published.model_id)[0]
     assert config.served_model_name == [published.model_id]
     assert config.engine.artifact == placed.artifact_dir
     assert Path(config.engine.model) == placed.checkpoint_path
     bench_args = build_parser().parse_args(["bench", "--model", published.model_id])
-    assert engine_args_from_cli(bench_args).artifact == placed.artifact_dir
+    bench_engine = engine_args_from_cli(bench_args)
+    resolved = resolve_engine(bench_engine, registry_settings_from_cli(bench_args))
+    assert resolved.artifact == placed.artifact_dir
 
 
 def test_a_runtime_only_box_pulls_and_generates(

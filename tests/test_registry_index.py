@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from registry_fixtures import MODEL_ID, make_fake_registry
 
-from vllm_tvm.registry.index import INDEX_NAME, ArtifactEntry, RegistryError, parse_index
-from vllm_tvm.registry.machine import MachineTraits, why_not
-from vllm_tvm.registry.publish import publish
-from vllm_tvm.registry.signing import generate_keypair, sign, verify_index
+from vllm_tvm.artifact_registry.index import INDEX_NAME, ArtifactEntry, RegistryError, parse_index
+from vllm_tvm.artifact_registry.machine import MachineTraits, why_not
+from vllm_tvm.artifact_registry.publish import publish
+from vllm_tvm.artifact_registry.signing import generate_keypair, sign, verify_index
 
 CPU = MachineTraits("llvm", {"machine": "x86_64", "isa": ["avx2", "fma"]}, "0.27.0")
 H200 = MachineTraits("cuda", {"arch": "sm_90"}, "0.27.0")
@@ -141,8 +141,8 @@ def test_a_runtime_only_bundle_reports_its_tvm_version(tmp_path, monkeypatch) ->
     import json as json_module
     from importlib import metadata
 
+    from vllm_tvm.artifact_registry import machine
     from vllm_tvm.artifacts.runtime_bundle import MANIFEST_NAME
-    from vllm_tvm.registry import machine
 
     (tmp_path / "tvm").mkdir()
     (tmp_path / "tvm" / "__init__.py").write_text("")
@@ -162,7 +162,7 @@ def test_a_runtime_only_bundle_reports_its_tvm_version(tmp_path, monkeypatch) ->
 def test_a_libcuda_without_the_driver_api_means_no_gpu(monkeypatch) -> None:
     """The CUDA compile loads a link-time stub named libcuda.so.1 into the process; the
     registry's GPU probe must read it as "no GPU", not crash."""
-    from vllm_tvm.registry import machine
+    from vllm_tvm.artifact_registry import machine
 
     monkeypatch.setattr(machine.ctypes, "CDLL", lambda name: object())
     assert machine.cuda_arch() is None

@@ -10,12 +10,13 @@ import pytest
 from registry_fixtures import MODEL_ID, FakeRegistry, make_fake_registry
 from registry_server import RegistryServer
 
-from vllm_tvm.registry.index import SIGNATURE_NAME, RegistryError
-from vllm_tvm.registry.machine import this_machine
-from vllm_tvm.registry.pull import TrustPolicy, choose_entry, pull_entry, read_index
-from vllm_tvm.registry.signing import generate_keypair
-from vllm_tvm.registry.sources import open_source
-from vllm_tvm.registry.store import PulledModel, pulled_models, remove, store_root
+from vllm_tvm.artifact_registry.index import SIGNATURE_NAME, RegistryError
+from vllm_tvm.artifact_registry.machine import this_machine
+from vllm_tvm.artifact_registry.pull import TrustPolicy, choose_entry, pull_entry, read_index
+from vllm_tvm.artifact_registry.signing import generate_keypair
+from vllm_tvm.artifact_registry.sources import open_source
+from vllm_tvm.artifact_registry.store import PulledModel, pulled_models, remove, store_root
+from vllm_tvm.artifacts.compile_options import CompileOptions
 
 
 class RecordingBar:
@@ -66,7 +67,7 @@ def pull(
 ) -> PulledModel:
     keys = (registry.public_key,) if trusted is None else trusted
     signed = read_index(open_source(spec, timeout), TrustPolicy(keys, allow_unsigned))
-    entry = choose_entry(signed, MODEL_ID, this_machine("llvm"), "auto", "native")
+    entry = choose_entry(signed, MODEL_ID, this_machine("llvm"), CompileOptions(MODEL_ID))
 
     def progress(name: str, size: int, position: int) -> RecordingBar:
         bar = RecordingBar()

@@ -24,8 +24,8 @@ from tiny_models import load_oracle
 
 from vllm_tvm import SamplingParams, __version__
 from vllm_tvm.cli.main import main as cli_main
-from vllm_tvm.embedding.release_archive import ReleaseArchive, write_release_archive
-from vllm_tvm.embedding.release_check import validate_archive
+from vllm_tvm.native_bundle.release_archive import ReleaseArchive, write_release_archive
+from vllm_tvm.native_bundle.release_check import validate_archive
 
 NAME = f"vllm-tvm-{__version__}-linux-{platform.machine()}-cpu"
 

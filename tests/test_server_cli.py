@@ -139,7 +139,7 @@ def test_unknown_parser_name_is_refused(capsys):
 
 
 def test_no_model_serves_the_embedded_default():
-    from vllm_tvm.cli.default_model import (
+    from vllm_tvm.checkpoints.default_model import (
         DEFAULT_MODEL_NAME,
         DefaultModelMissingError,
         default_model_path,

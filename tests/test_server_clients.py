@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel, Field
 from server_helpers import MODEL_NAME, start_farm
 
-from vllm_tvm.cli.default_model import DefaultModelMissingError, default_model_path
+from vllm_tvm.checkpoints.default_model import DefaultModelMissingError, default_model_path
 
 instructor = pytest.importorskip("instructor")
 langchain_openai = pytest.importorskip("langchain_openai")

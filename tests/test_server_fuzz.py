@@ -29,6 +29,7 @@ def fuzzed(fuzzed_farm):
     return fuzzed_farm.server()
 
 
+@pytest.mark.slow  # a couple of hundred generated requests
 def test_generated_requests_get_no_server_error(fuzzed):
     report = fuzz(fuzzed, CI_EXAMPLES)
     assert report.server_errors == []

@@ -20,7 +20,8 @@ import time
 import httpx2 as httpx
 from server_helpers import wait_until
 
-from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.entrypoints.resolve import resolve_artifact
 
 EXIT_SECONDS = 10
 """How long the process may take from SIGTERM to its exit (it takes about 1-2 s)."""
@@ -35,7 +36,7 @@ def _free_port() -> int:
 
 
 def test_sigterm_aborts_the_requests_in_flight_and_exits(server_farm):
-    artifact = resolve_artifact(server_farm.model_dir, "cpu", "auto", show_progress=False)
+    artifact = resolve_artifact(CompileOptions(server_farm.model_dir), show_progress=False)
     port = _free_port()
     command = [
         sys.executable, "-m", "vllm_tvm.cli.main", "serve", str(server_farm.model_dir),

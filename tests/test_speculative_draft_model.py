@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ from engine_helpers import prompts_of_lengths, token_ids
 from speculative_scenarios import greedy_tokens_unchanged, sampling_follows_plain
 from test_speculative_engine import MIXED_LENGTHS
 
-from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.artifacts.resolution_memo import remembered_artifact
+from vllm_tvm.entrypoints.resolve import resolve_artifact
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig
 from vllm_tvm.runtime.speculative.draft_runner import check_same_tokenizer, load_draft_runner
@@ -132,7 +135,7 @@ def test_a_draft_built_otherwise_is_refused_by_name(
     changes: dict, message: str, make_llm, tiny_model_dir, tmp_path: Path
 ) -> None:
     target = make_llm(TARGET)
-    built = resolve_artifact(tiny_model_dir(TARGET), "cpu", "auto", show_progress=False)
+    built = resolve_artifact(CompileOptions(tiny_model_dir(TARGET)), show_progress=False)
     artifact = _artifact_copy(built, tmp_path, **changes)
     config = SpeculativeConfig(
         "draft_model", 2, model=str(tiny_model_dir(TARGET)), draft_artifact=str(artifact)
@@ -176,26 +179,29 @@ def test_a_draft_still_to_resolve_keeps_the_compiler_loadable(tiny_model_dir, mo
     from vllm_tvm.runtime.engine.args import EngineArgs
 
     model = tiny_model_dir(TARGET)
-    resolve_artifact(model, "cpu", "auto", show_progress=False)  # built and remembered
+    resolve_artifact(CompileOptions(model), show_progress=False)  # built and remembered
     monkeypatch.setenv(preflight.RUNTIME_ONLY_ENV, "0")  # so that teardown restores it
     monkeypatch.delenv(preflight.RUNTIME_ONLY_ENV)
     monkeypatch.delitem(sys.modules, "tvm")
     config = draft_config(tiny_model_dir, OTHER_DRAFT)
-    engine = preflight.use_built_artifact(EngineArgs(model=str(model), speculative_config=config))
+    engine = EngineArgs(model=str(model), speculative_config=config)
+    engine = replace(engine, artifact=remembered_artifact(engine.compile_options))
+    preflight.select_runtime_library(engine)
     assert engine.artifact is not None
     assert preflight.RUNTIME_ONLY_ENV not in os.environ
 
 
 def test_a_benchmark_engine_gets_the_draft_built_like_its_target(tiny_model_dir) -> None:
     from vllm_tvm.benchmarking.config import BenchConfig
-    from vllm_tvm.benchmarking.engine_setup import bench_engine_args
+    from vllm_tvm.benchmarking.engine_setup import bench_engine_args, resolve_bench_config
 
     model = tiny_model_dir(TARGET)
     config = BenchConfig.from_options(
         model, device="cpu", speculative_config=draft_config(tiny_model_dir, OTHER_DRAFT)
     )
-    args = bench_engine_args(config, resolve_artifact(model, "cpu", "auto", False), 16)
-    draft = resolve_artifact(tiny_model_dir(OTHER_DRAFT), "cpu", "auto", False)
+    config = resolve_bench_config(config)
+    args = bench_engine_args(config, resolve_artifact(CompileOptions(model), False), 16)
+    draft = resolve_artifact(CompileOptions(tiny_model_dir(OTHER_DRAFT)), False)
     assert args.speculative_config.draft_artifact == str(draft)
 
 

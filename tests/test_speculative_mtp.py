@@ -22,6 +22,7 @@ from speculative_scenarios import (
 )
 from test_speculative_engine import MIXED_LENGTHS, _homogeneity_p_value
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.speculative_roles import EAGLE_HEAD, MTP_ARCHITECTURE, MTP_HEAD
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -170,4 +171,4 @@ def test_heads_of_another_family_are_refused_by_name(
     from vllm_tvm.compiler.build import cache_key_for, make_request
 
     with pytest.raises(ValueError, match=message):
-        cache_key_for(make_request(tiny_model_dir(name), speculative_role=role))
+        cache_key_for(make_request(CompileOptions(tiny_model_dir(name), speculative_role=role)))

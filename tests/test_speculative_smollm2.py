@@ -87,6 +87,7 @@ def heads(tmp_path_factory) -> dict[str, Path]:
     return {method: head for method, (head, _) in made.items()}
 
 
+@pytest.mark.slow  # SmolLM2 built as the head's target, and the head: compiles of their own
 @pytest.mark.parametrize("method", ["eagle", "eagle3"])
 def test_greedy_tokens_with_a_head_equal_plain_decoding(heads, method: str) -> None:
     spec = {"method": method, "model": str(heads[method]), "num_speculative_tokens": 3}

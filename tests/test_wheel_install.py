@@ -93,7 +93,7 @@ def test_the_license_is_an_spdx_expression_with_its_file(distributions) -> None:
     assert b"\nLicense-Expression: Apache-2.0\n" in metadata
     assert b"\nLicense-File: LICENSE\n" in metadata
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert "vllm_tvm/kernels/cublaslt_gemm.cc" in names
+    assert "vllm_tvm/extensions/cublaslt_gemm.cc" in names
 
 
 def test_the_sdist_carries_the_native_sources(distributions) -> None:

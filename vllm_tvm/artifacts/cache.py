@@ -1,18 +1,17 @@
 """Content-addressed cache of compiled artifacts (`~/.cache/vllm_tvm/artifacts/<key>`).
 
-`generate`/`serve` without `--artifact` compile on first use; the key covers everything that
-changes the library (normalised model config, target, dtype, TVM version, and a digest of the
-source of the code that builds it, compiler/source_digest.py) so a second run reuses it and a
-code change never reuses a stale one.
+`generate`/`serve` without `--artifact` compile on first use; the key (compile_options.py's
+`artifact_key`, as compiler/build.py's `cache_key_for` fills it) covers everything that
+changes the library (normalised model config, the compile options, the target, TVM version,
+and a digest of the source of the code that builds it, compiler/source_digest.py) so a second
+run reuses it and a code change never reuses a stale one.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,33 +22,6 @@ def cache_root() -> Path:
     """The cache directory: $VLLM_TVM_CACHE_DIR, else ~/.cache/vllm_tvm."""
     configured = os.environ.get(CACHE_ENV)
     return Path(configured) if configured else Path.home() / ".cache" / "vllm_tvm"
-
-
-def artifact_key(
-    config_hash: str,
-    target: str,
-    dtype: str,
-    tvm_version: str,
-    build_source: str,
-    weight_formats: Mapping[str, str] | None = None,
-    quantization: str | None = None,
-) -> str:
-    """The cache key of one compile (`build_source`: the digest of the code that builds the
-    library; `weight_formats`: the weights compiled quantized; `quantization`: the method
-    that quantizes a float checkpoint's weights at load, None for none)."""
-    parts: dict[str, object] = {
-        "config": config_hash,
-        "target": target,
-        "dtype": dtype,
-        "tvm": tvm_version,
-        "build_source": build_source,
-    }
-    if weight_formats:
-        parts["weight_formats"] = dict(weight_formats)
-    if quantization is not None:
-        parts["quantization"] = quantization
-    blob = json.dumps(parts, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def artifact_dir_for(key: str) -> Path:

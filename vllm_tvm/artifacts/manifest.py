@@ -66,7 +66,7 @@ class Manifest:
     """What the runtime needs to know of the model (runtime_spec.py)."""
     files: dict[str, str] = field(default_factory=dict)
     extensions: list[str] = field(default_factory=list)
-    """Native extensions (files in the artifact) to load before the library; see kernels/."""
+    """Native extensions (files in the artifact) to load before the library; see extensions/."""
     weights_reference: str | None = None
     compile_seconds: float | None = None
     cuda_graph: bool | None = None

@@ -1,13 +1,14 @@
-"""Which cached artifact a (model, device, dtype, weight format) resolved to, remembered so
-that a cached start needs neither the compiler nor TVM's compiler library.
+"""Which cached artifact a model's compile options resolved to, remembered so that a cached
+start needs neither the compiler nor TVM's compiler library.
 
 Why it exists: an artifact's cache key digests the model config, the target (the CPU's name
 on CPU), TVM's version and the source of the code that builds the library (cache.py,
 compiler/source_digest.py). Computing it imports the compiler (`tvm.relax`, LLVM inside
 libtvm_compiler.so) and parses that source: over a second of every start, and most of the
 process's memory, spent before any work when the artifact is already there. The memo keeps,
-per resolution, the artifact it found, under a fingerprint of everything the key reads that
-can change without the request changing: the model files' sizes and mtimes, every vllm_tvm
+per resolution, the artifact it found, under the options' `artifact_key`
+(compile_options.py) with the model named by its files and everything the cache key reads
+that can change without the options changing: the model files' sizes and mtimes, every vllm_tvm
 source file's size and mtime, the installed TVM version, this CPU and the environment
 switches the compiler reads. Any change is a miss, and the entry point computes the real key
 (the same artifact again when nothing that matters changed), then remembers it anew.
@@ -24,47 +25,27 @@ from pathlib import Path
 
 import vllm_tvm
 from vllm_tvm.artifacts.cache import cache_root
+from vllm_tvm.artifacts.compile_options import CompileOptions, artifact_key
 
 COMPILER_ENV_SWITCHES = ("VLLM_TVM_CUDA_GRAPH",)
 """Environment variables that change what a compile request resolves to."""
 
 
-def remembered_artifact(
-    model: str | Path,
-    device: str,
-    dtype: str,
-    weight_format: str,
-    quantization: str | None = None,
-    tensor_parallel_size: int = 1,
-    max_model_len: int | None = None,
-) -> Path | None:
-    """The artifact this resolution found last time, when nothing it depends on changed and
+def remembered_artifact(options: CompileOptions) -> Path | None:
+    """The artifact `options` resolved to last time, when nothing it depends on changed and
     the artifact is still complete; else None."""
-    entry = _entry_path(
-        model, device, dtype, weight_format, quantization, tensor_parallel_size, max_model_len
-    )
     try:
-        artifact = Path(json.loads(entry.read_text(encoding="utf-8"))["artifact"])
+        entry = json.loads(_entry_path(options).read_text(encoding="utf-8"))
+        artifact = Path(entry["artifact"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return artifact if (artifact / "manifest.json").is_file() else None
 
 
-def remember_artifact(
-    model: str | Path,
-    device: str,
-    dtype: str,
-    weight_format: str,
-    artifact: Path,
-    quantization: str | None = None,
-    tensor_parallel_size: int = 1,
-    max_model_len: int | None = None,
-) -> None:
-    """Remember that this resolution found `artifact` (best effort: a cache directory that
+def remember_artifact(options: CompileOptions, artifact: Path) -> None:
+    """Remember that `options` resolved to `artifact` (best effort: a cache directory that
     cannot be written only costs the next start the full resolution)."""
-    entry = _entry_path(
-        model, device, dtype, weight_format, quantization, tensor_parallel_size, max_model_len
-    )
+    entry = _entry_path(options)
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         partial = entry.with_suffix(f".{os.getpid()}.tmp")
@@ -74,32 +55,16 @@ def remember_artifact(
         pass
 
 
-def _entry_path(
-    model: str | Path,
-    device: str,
-    dtype: str,
-    weight_format: str,
-    quantization: str | None,
-    tensor_parallel_size: int,
-    max_model_len: int | None,
-) -> Path:
-    request = [str(Path(model).resolve()), device, dtype, weight_format]
-    if quantization is not None:
-        request.append(quantization)
-    if tensor_parallel_size > 1:  # unsplit resolutions keep their entries
-        request.append(f"tp{tensor_parallel_size}")
-    if max_model_len is not None:  # the model's own context keeps its entries
-        request.append(f"len{max_model_len}")
-    fingerprint = {
-        "request": request,
-        "model_files": _stats(_model_files(Path(model))),
+def _entry_path(options: CompileOptions) -> Path:
+    model = Path(options.model)
+    identity = {"path": str(model.resolve()), "files": _stats(_model_files(model))}
+    depends_on = {
         "sources": _source_signature(),
         "tvm": _installed_version("apache-tvm"),
         "cpu": _cpu_identity(),
         "env": {name: os.environ.get(name) for name in COMPILER_ENV_SWITCHES},
     }
-    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
-    return cache_root() / "resolved" / f"{digest[:32]}.json"
+    return cache_root() / "resolved" / f"{artifact_key(identity, options, depends_on)}.json"
 
 
 def _model_files(model: Path) -> list[Path]:

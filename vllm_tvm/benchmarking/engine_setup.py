@@ -13,16 +13,21 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_tvm.artifact_registry.resolve import RegistrySettings
 from vllm_tvm.benchmarking.config import BenchConfig
-from vllm_tvm.entrypoints.llm import artifact_for, with_draft_artifact
+from vllm_tvm.entrypoints.resolve import BeforeLoad, resolve_engine
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 
 
-def resolve_bench_artifact(config: BenchConfig) -> Path:
-    """The given artifact, or the cached one for (model, device, dtype, weight format),
-    compiled on first use."""
-    return artifact_for(config.engine)
+def resolve_bench_config(
+    config: BenchConfig,
+    registry: RegistrySettings | None = None,
+    before_load: BeforeLoad | None = None,
+) -> BenchConfig:
+    """`config` with its engine resolved (entrypoints/resolve.py: the checkpoint, a draft's
+    artifact and the target's, compiled on first use)."""
+    return replace(config, engine=resolve_engine(config.engine, registry, before_load))
 
 
 def default_num_blocks(config: BenchConfig, max_prompt_len: int) -> int:
@@ -37,14 +42,14 @@ def default_num_blocks(config: BenchConfig, max_prompt_len: int) -> int:
 
 
 def bench_engine_args(config: BenchConfig, artifact: Path, max_prompt_len: int) -> EngineArgs:
-    """The engine options of a benchmark run: the config's, on `artifact`, with the KV pool
-    sized for the workload unless the config sizes it, a draft model's artifact resolved,
-    and a tokenizer only when the workload needs one."""
+    """The engine options of a benchmark run: the config's (resolved, `resolve_bench_config`),
+    on `artifact`, with the KV pool sized for the workload unless the config sizes it, and a
+    tokenizer only when the workload needs one."""
     num_blocks = config.engine.num_blocks
     if num_blocks is None and not config.engine.sized_from_memory:
         num_blocks = default_num_blocks(config, max_prompt_len)
     return replace(
-        with_draft_artifact(config.engine),
+        config.engine,
         artifact=artifact,
         num_blocks=num_blocks,
         skip_tokenizer_init=not config.needs_tokenizer,

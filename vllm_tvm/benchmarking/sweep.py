@@ -16,9 +16,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifact_registry.resolve import RegistrySettings
 from vllm_tvm.artifacts.manifest import Manifest, read_manifest
 from vllm_tvm.benchmarking.config import BenchConfig, check_fits
-from vllm_tvm.benchmarking.engine_setup import load_bench_engine, resolve_bench_artifact
+from vllm_tvm.benchmarking.engine_setup import load_bench_engine, resolve_bench_config
 from vllm_tvm.benchmarking.metrics import LevelMetrics, mean_acceptance_length, summarize_level
 from vllm_tvm.benchmarking.report import BenchReport, host, versions
 from vllm_tvm.benchmarking.runner import (
@@ -28,13 +29,20 @@ from vllm_tvm.benchmarking.runner import (
     warm_up,
 )
 from vllm_tvm.benchmarking.workload import Workload, build_workload, random_prompt_ids
+from vllm_tvm.entrypoints.resolve import BeforeLoad
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 
 LevelCallback = Callable[[LevelMetrics], None]
 
 
-def run_benchmark(config: BenchConfig, on_level: LevelCallback | None = None) -> BenchReport:
+def run_benchmark(
+    config: BenchConfig,
+    on_level: LevelCallback | None = None,
+    registry: RegistrySettings | None = None,
+    before_load: BeforeLoad | None = None,
+) -> BenchReport:
     """Run the sweep of `config`; `on_level` is called with each level as it completes.
+    `registry` and `before_load` go to the resolve step (entrypoints/resolve.py).
 
     Raises ValueError (or FileNotFoundError) naming the bad value before anything loads when
     an option cannot work, and after loading when the prompts do not fit the engine's
@@ -42,7 +50,8 @@ def run_benchmark(config: BenchConfig, on_level: LevelCallback | None = None) ->
     """
     config.validate()
     started = time.perf_counter()
-    artifact = resolve_bench_artifact(config)
+    config = resolve_bench_config(config, registry, before_load)
+    artifact = Path(config.engine.artifact)  # type: ignore[arg-type]  # resolved above
     compiled = time.perf_counter()
     manifest = read_manifest(artifact)
     workload = _workload(config, manifest)

@@ -91,7 +91,7 @@ class FamilySpec:
     architectures: tuple[str, ...]
     """HF `architectures[0]` names the family serves."""
     definition: str = "llama"
-    """Which model definition runs them (model_defs/registry.py's DEFINITIONS)."""
+    """Which model definition runs them (model_defs/architectures.py's DEFINITIONS)."""
     config_options: ConfigOptions | None = None
     """Llama-shaped families: the options its HF config implies (None: Llama's numerics)."""
     text_config: Callable[[dict[str, Any]], dict[str, Any]] | None = None

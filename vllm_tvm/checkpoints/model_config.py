@@ -29,6 +29,11 @@ def read_model_config(model_path: str | Path) -> dict[str, Any]:
     config_file = path / "config.json"
     if not path.exists():
         raise CheckpointError(f"model path {path} does not exist")
+    if path.is_file():
+        raise CheckpointError(
+            f"model file {path} is not a GGUF file (.gguf); a Hugging Face checkpoint is a "
+            "directory holding config.json"
+        )
     if not config_file.is_file():
         raise CheckpointError(f"model directory {path} has no config.json")
     try:

@@ -20,6 +20,8 @@ from vllm_tvm.benchmarking.config import (
     bench_engine_defaults,
 )
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
+from vllm_tvm.cli.preflight import prepare_command_start
+from vllm_tvm.cli.registry_args import registry_settings_from_cli
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -114,7 +116,12 @@ def run(args: argparse.Namespace) -> int:
             header_printed = True
         print(table_row(level), flush=True)
 
-    report = run_benchmark(config, on_level=print_level)
+    report = run_benchmark(
+        config,
+        on_level=print_level,
+        registry=registry_settings_from_cli(args),
+        before_load=prepare_command_start,
+    )
     if args.output_json is not None:
         print(f"JSON report: {report.write_json(args.output_json)}")
     if args.plot is not None:

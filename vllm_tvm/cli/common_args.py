@@ -1,24 +1,37 @@
-"""Command-line options that several `vllm-tvm` subcommands share.
+"""Command-line options that several `vllm-tvm` subcommands share: one flag for each compile
+option (artifacts/compile_options.py), with its default read from there.
 
-Why it exists: `compile`, `generate` and `serve` all pick the compute dtype (and the first two
-how GGUF weights are kept), and the flags must read and behave the same in each of them.
+Why it exists: `compile`, `generate`, `serve` and `bench` all choose how the model is built
+(dtype, how GGUF weights are kept, quantization, kernels, split, context), and the flags must
+read and behave the same in each of them (`add_compile_arguments`).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from vllm_tvm.artifacts.backends import ATTENTION_BACKENDS
+from vllm_tvm.artifacts.compile_options import GEMM_CHOICES, option_default
 from vllm_tvm.checkpoints.group_quantization import QUANTIZATION_METHODS
 from vllm_tvm.checkpoints.weight_formats import WEIGHT_FORMAT_MODES
-from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_TIR, GEMM_BACKENDS
-from vllm_tvm.runtime.engine.args import default_of
+
+
+def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add a flag for every compile option but the model and the target."""
+    add_dtype_argument(parser)
+    add_weight_format_argument(parser)
+    add_quantization_argument(parser)
+    add_gemm_argument(parser)
+    add_attention_argument(parser)
+    add_tensor_parallel_argument(parser)
+    add_max_model_len_argument(parser)
 
 
 def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--dtype` (the engine's default, `auto`: the checkpoint's own dtype)."""
     parser.add_argument(
         "--dtype",
-        default=default_of("dtype"),
+        default=option_default("dtype"),
         help="auto (the checkpoint's), float32, float16, bfloat16",
     )
 
@@ -28,7 +41,7 @@ def add_weight_format_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weight-format",
         choices=WEIGHT_FORMAT_MODES,
-        default=default_of("weight_format"),
+        default=option_default("weight_format"),
         help="native: keep GGUF Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K weights "
         "quantized on the device (dequantized inside the matmul), and F16/BF16 weights 16-bit "
         "in fp32 CPU artifacts; dequantized: dequantize every weight at load",
@@ -41,7 +54,7 @@ def add_quantization_argument(parser: argparse.ArgumentParser) -> None:
         "--quantization",
         "-q",
         choices=tuple(QUANTIZATION_METHODS),
-        default=default_of("quantization"),
+        default=option_default("quantization"),
         help="quantize a float checkpoint's weights in groups of 32 when they load: q8_0, "
         "q4_0 (symmetric) or q4_1 (with a min); the matmuls dequantize inside the kernel",
     )
@@ -53,7 +66,7 @@ def add_tensor_parallel_argument(parser: argparse.ArgumentParser) -> None:
         "--tensor-parallel-size",
         "-tp",
         type=int,
-        default=default_of("tensor_parallel_size"),
+        default=option_default("tensor_parallel_size"),
         help="split a Llama-family model over this many ranks (CPU: threads of one process; "
         "CUDA: GPUs, needs TVM's NCCL binding) (default 1)",
     )
@@ -75,8 +88,8 @@ def add_gemm_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--gemm` (default `auto`: cuBLASLt for 16-bit floats on CUDA, TIR elsewhere)."""
     parser.add_argument(
         "--gemm",
-        choices=("auto", *GEMM_BACKENDS),
-        default="auto",
+        choices=GEMM_CHOICES,
+        default=option_default("gemm"),
         help="matmuls with a run-time row count (prefill, batched decode): cublaslt (CUDA, "
         "float16/bfloat16) or tir (TVM kernels only); auto picks cublaslt where it applies",
     )
@@ -87,7 +100,7 @@ def add_attention_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attention",
         choices=ATTENTION_BACKENDS,
-        default=ATTENTION_TIR,
+        default=option_default("attention"),
         help="paged-attention kernels: tir (TVM's, no extra packages) or flashinfer (CUDA, "
         "float16/bfloat16; compiled ahead of time, see scripts/install_flashinfer.sh)",
     )

@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vllm_tvm.cli.common_args import (
-    add_attention_argument,
-    add_dtype_argument,
-    add_gemm_argument,
-    add_max_model_len_argument,
-    add_quantization_argument,
-    add_tensor_parallel_argument,
-    add_weight_format_argument,
-)
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.cli.common_args import add_compile_arguments
 from vllm_tvm.compiler.targets import CUDA_ARCHS, DEFAULT_CUDA_ARCH, FAT_CUDA_ALL
 
 
@@ -32,13 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             f"or one fat library: {FAT_CUDA_ALL} or a list (cuda:sm_80,sm_86,sm_90a)"
         ),
     )
-    add_dtype_argument(parser)
-    add_weight_format_argument(parser)
-    add_quantization_argument(parser)
-    add_gemm_argument(parser)
-    add_attention_argument(parser)
-    add_tensor_parallel_argument(parser)
-    add_max_model_len_argument(parser)
+    add_compile_arguments(parser)
     parser.add_argument(
         "--output",
         type=Path,
@@ -51,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vllm_tvm.compiler.build import compile_cached, compile_model, make_request
 
-    request = make_request(
+    options = CompileOptions(
         args.model,
         args.target,
         args.dtype,
@@ -62,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         args.tensor_parallel_size,
         args.max_model_len or None,
     )
+    request = make_request(options)
     if args.output is None:
         artifact = compile_cached(request)
     else:

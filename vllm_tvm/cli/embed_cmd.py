@@ -1,6 +1,6 @@
 """`vllm-tvm embed DEST [--model MODEL] [--target TARGET]`: the model inside a C program.
 
-Writes a self-contained folder (vllm_tvm/embedding/bundle.py) with the C library, a C CLI and
+Writes a self-contained folder (vllm_tvm/native_bundle/bundle.py) with the C library, a C CLI and
 the compiled model; without --model it embeds the default model.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from vllm_tvm.embedding.targets import EMBED_TARGETS, HOST_TARGET
+    from vllm_tvm.native_bundle.targets import EMBED_TARGETS, HOST_TARGET
 
     parser = subparsers.add_parser(
         "embed",
@@ -26,9 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vllm_tvm.checkpoints.default_model import default_model_path
     from vllm_tvm.checkpoints.model_reference import resolve_model
-    from vllm_tvm.cli.default_model import default_model_path
-    from vllm_tvm.embedding.bundle import write_embedding_bundle
+    from vllm_tvm.native_bundle.bundle import write_embedding_bundle
 
     model = resolve_model(args.model) if args.model else default_model_path()
     try:

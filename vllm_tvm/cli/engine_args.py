@@ -3,8 +3,9 @@ with vLLM's names, and the `EngineArgs` they make.
 
 Why it exists: the three commands run the same engine, so they take the same engine flags,
 declared here once, with their defaults read from `EngineArgs` (the one place defaults are
-written). A flag's parsed value is None when it is not given (but `--dtype` and
-`--weight-format`, shared with `compile`, which parse to the engine's default), so a command
+written; the compile options' flags, shared with `compile`, are common_args.py's, their
+defaults CompileOptions'). A flag's parsed value is None when it is not given (but the
+compile options', which parse to their default), so a command
 can fill an unset option with its own default (serve's 256-block pool, bench's batch of its
 largest concurrency) and every other unset option keeps the engine's. As in the reference
 server, `--max-model-len 0` and `--max-num-batched-tokens 0` mean unset.
@@ -15,16 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vllm_tvm.cli.common_args import (
-    add_dtype_argument,
-    add_max_model_len_argument,
-    add_quantization_argument,
-    add_tensor_parallel_argument,
-    add_weight_format_argument,
-)
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
-from vllm_tvm.cli.registry_args import add_registry_arguments, registry_settings_from_cli
-from vllm_tvm.registry.resolve import registry_engine_args
+from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.cli.common_args import add_compile_arguments
+from vllm_tvm.cli.registry_args import add_registry_arguments
 from vllm_tvm.runtime.devices import DEVICES
 from vllm_tvm.runtime.engine.args import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -58,10 +52,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--artifact", default=None, help="prebuilt artifact directory (default: compile)"
     )
     parser.add_argument("--device", choices=DEVICES, default=None, help=_default("device"))
-    add_dtype_argument(parser)
-    add_weight_format_argument(parser)
-    add_quantization_argument(parser)
-    add_tensor_parallel_argument(parser)
+    add_compile_arguments(parser)
     parser.add_argument(
         "--load-format",
         choices=LOAD_FORMATS,
@@ -69,7 +60,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto: the checkpoint's weights; dummy: random weights made on the device "
         + _default("load_format"),
     )
-    add_max_model_len_argument(parser)
     _int(parser, "--max-num-seqs", "max concurrent sequences " + _default("max_num_seqs"))
     _int(
         parser,
@@ -144,9 +134,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> EngineArgs:
     """The engine options the command line gave; `defaults` fill the options it left unset
-    (a command's own defaults), the rest keep EngineArgs'. No model: the embedded one (a
-    command resolves a Hugging Face id with `preflight.resolve_engine_model`). A registry
-    model id is pulled (registry/resolve.py)."""
+    (a command's own defaults), the rest keep EngineArgs'. No model: the embedded one. The
+    model is named as given: the command resolves it (entrypoints/resolve.py; a registry id
+    is pulled with `registry_args.registry_settings_from_cli`, a Hugging Face id found in
+    the local cache)."""
     given = {
         name: getattr(namespace, name)
         for name in ("model", *option_names())
@@ -157,10 +148,10 @@ def engine_args_from_cli(namespace: argparse.Namespace, **defaults: Any) -> Engi
             del given[name]
     options = {**defaults, **given}
     if "model" not in options:
-        from vllm_tvm.cli.default_model import default_model_path
+        from vllm_tvm.checkpoints.default_model import default_model_path
 
         options["model"] = str(default_model_path())
-    return registry_engine_args(EngineArgs(**options), registry_settings_from_cli(namespace))
+    return EngineArgs(**options)
 
 
 def _speculative_config(text: str) -> SpeculativeConfig:

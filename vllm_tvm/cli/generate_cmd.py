@@ -7,17 +7,11 @@ import json
 import sys
 
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
-from vllm_tvm.cli.preflight import (
-    check_device,
-    read_prompt,
-    resolve_engine_model,
-    skip_ml_dtypes_import,
-    skip_torch_import,
-    use_built_artifact,
-)
-from vllm_tvm.runtime.engine.args import option_names
+from vllm_tvm.cli.preflight import check_device, prepare_command_start, read_prompt
+from vllm_tvm.cli.registry_args import registry_settings_from_cli
+from vllm_tvm.cli.vllm_serve_flags import add_vllm_engine_flags
+from vllm_tvm.entrypoints.resolve import resolve_engine
 from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
-from vllm_tvm.runtime.weights.load_format import DUMMY
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -57,8 +51,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object with ids, text, finish reason, timings",
+        help="print one JSON object with ids, text, finish reason, timings (not with --stream)",
     )
+    add_vllm_engine_flags(parser)
     parser.set_defaults(run=run)
 
 
@@ -72,16 +67,33 @@ def _timings(metrics) -> dict[str, float]:
     }
 
 
+def _say_if_the_context_cut(prompt: int, generated: int, max_tokens: int, context: int) -> None:
+    """Say on stderr when the context, not --max-tokens, ended the completion."""
+    if generated < max_tokens and prompt + generated >= context:
+        print(
+            f"vllm-tvm generate: stopped after {generated} of --max-tokens {max_tokens} "
+            f"tokens: the prompt's {prompt} tokens and {generated} generated fill the "
+            f"context of {context} tokens (--max-model-len)",
+            file=sys.stderr,
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     text = read_prompt(args.prompt, args.prompt_file)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     check_requested_max_tokens(args.max_tokens)
+    if args.stream and args.json:
+        raise ValueError(
+            "--stream and --json do not combine: --json prints one object once generation "
+            "ends; drop one of them"
+        )
     check_device(args.device)
-    engine_args = resolve_engine_model(engine_args_from_cli(args, show_progress=not args.json))
-    skip_torch_import(needs_torch=engine_args.load_format == DUMMY)
-    engine_args = use_built_artifact(engine_args)
-    skip_ml_dtypes_import(engine_args)
+    engine_args = resolve_engine(
+        engine_args_from_cli(args, show_progress=not args.json),
+        registry_settings_from_cli(args),
+        before_load=prepare_command_start,
+    )
     from vllm_tvm.entrypoints.llm import LLM
 
     params = SamplingParams(
@@ -91,20 +103,25 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
     )
-    # The options as they are (asdict would turn a SpeculativeConfig back into JSON keys).
-    llm = LLM(engine_args.model, **{name: getattr(engine_args, name) for name in option_names()})
+    llm = LLM.from_engine_args(engine_args)
     prompt: str | list[int] = text
     if args.chat:
         prompt = llm.chat_prompt_ids([{"role": "user", "content": text}])
-    if args.stream and not args.json:
+    context = llm.engine.max_model_len
+    if args.stream:
+        generated = 0
         for delta in llm.stream(prompt, params):
+            generated += len(delta.outputs[0].token_ids)
             sys.stdout.write(delta.outputs[0].text)
             sys.stdout.flush()
         sys.stdout.write("\n")
+        _say_if_the_context_cut(len(delta.prompt_token_ids), generated, args.max_tokens, context)
         return 0
     runs = [llm.generate(prompt, params)[0] for _ in range(args.repeat)]
     result = runs[-1]
     completion = result.outputs[0]
+    prompt_tokens = len(result.prompt_token_ids)
+    _say_if_the_context_cut(prompt_tokens, len(completion.token_ids), args.max_tokens, context)
     if args.json:
         warm = [run.metrics.decode_tokens_per_second for run in runs[1:]] or [
             result.metrics.decode_tokens_per_second

@@ -18,7 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vllm_tvm.registry.signing import generate_keypair
+    from vllm_tvm.artifact_registry.signing import generate_keypair
 
     public = generate_keypair(args.keyfile)
     print(f"private key: {args.keyfile}\npublic key: {public}")

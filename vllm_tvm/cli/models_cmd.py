@@ -19,7 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vllm_tvm.registry.store import pulled_models, remove, store_root
+    from vllm_tvm.artifact_registry.store import pulled_models, remove, store_root
 
     if args.action == "rm":
         for path in remove(args.model_id):

@@ -1,9 +1,12 @@
-"""Checks of the cheap inputs of a command, run before anything slow.
+"""Checks of the cheap inputs of a command, run before anything slow, and the start-up
+preparation (`prepare_command_start`) that keeps a command from loading what it will not use.
 
 Why: loading TVM takes seconds and a first compile tens of seconds, so a typo (an empty
 prompt, `--port 99999`, a port already taken, `--device cuda` on a machine without a GPU, a
 model path that is not there) must be refused first, with the value named, not found by a
-raw traceback after the slow start. Nothing here imports TVM.
+raw traceback after the slow start. And `import tvm` pulls in torch, ml_dtypes and TVM's
+compiler library when they are installed: seconds of every start that a cached start needs
+none of. Nothing here imports TVM.
 """
 
 from __future__ import annotations
@@ -14,12 +17,9 @@ import json
 import os
 import socket
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from vllm_tvm.artifacts.manifest import MANIFEST_NAME
-from vllm_tvm.artifacts.resolution_memo import remembered_artifact
-from vllm_tvm.checkpoints.model_reference import resolve_model
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.weights.load_format import DUMMY
 
@@ -34,12 +34,6 @@ PLAIN_FLOAT_DTYPES = ("float32", "float16")
 
 RUNTIME_ONLY_ENV = "TVM_USE_RUNTIME_LIB"
 """TVM's own switch: `import tvm` loads libtvm_runtime alone, not the compiler library."""
-
-
-def resolve_engine_model(engine: EngineArgs) -> EngineArgs:
-    """`engine` on the local checkpoint its model names (a path, or a Hugging Face id in the
-    local cache); a model that is neither is refused by name."""
-    return replace(engine, model=str(resolve_model(engine.model)))
 
 
 def check_port(host: str, port: int) -> None:
@@ -92,19 +86,30 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
     if (prompt is None) == (prompt_file is None):
         raise ValueError("give exactly one of --prompt TEXT, --prompt - (stdin), --prompt-file")
     if prompt_file is not None:
+        source = f"--prompt-file {prompt_file}"
         try:
             with open(prompt_file, encoding="utf-8") as f:
                 text = f.read()
         except OSError as err:
-            raise ValueError(f"--prompt-file {prompt_file}: {err.strerror}") from None
-        source = f"--prompt-file {prompt_file}"
+            raise ValueError(f"{source}: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{source}: {_not_utf8(err)}") from None
     elif prompt == "-":
-        text, source = sys.stdin.read(), "standard input (--prompt -)"
+        source = "standard input (--prompt -)"
+        stream = getattr(sys.stdin, "buffer", None)  # bytes, decoded strictly: the locale may not
+        try:
+            text = stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{source}: {_not_utf8(err)}") from None
     else:
         text, source = prompt or "", "--prompt"
     if not text.strip():
         raise ValueError(f"the prompt from {source} is empty")
     return text
+
+
+def _not_utf8(err: UnicodeDecodeError) -> str:
+    return f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})"
 
 
 def skip_torch_import(needs_torch: bool) -> None:
@@ -123,7 +128,7 @@ def skip_ml_dtypes_import(engine: EngineArgs) -> None:
 
     TVM's FFI imports ml_dtypes, when installed, only to name its bfloat16 and float8 numpy
     types; loading its extension costs about 0.9 s of CPU per start. A built artifact
-    (`engine.artifact`, settled by `use_built_artifact`) whose parameters are all float32,
+    (`engine.artifact`, settled by entrypoints/resolve.py) whose parameters are all float32,
     float16 or integer planes, loaded from a GGUF file (whose tensors are read as float32 or
     raw blocks), never holds such an array: there a None in `sys.modules` makes the import
     fail as if absent, which tvm_ffi accepts, and any later use fails by name. Dummy weights,
@@ -146,28 +151,22 @@ def skip_ml_dtypes_import(engine: EngineArgs) -> None:
         sys.modules["ml_dtypes"] = None  # type: ignore[assignment]
 
 
-def use_built_artifact(engine: EngineArgs) -> EngineArgs:
-    """`engine` with its artifact settled when it is given or already built (remembered,
-    artifacts/resolution_memo.py); then nothing will compile, so TVM is told to load its
-    runtime library alone (the compiler library, LLVM inside, costs about a second and
-    hundreds of MB), unless TVM is already imported or the switch is set. An artifact still
-    to be compiled leaves `engine` and TVM as they are; so does a draft model whose artifact
-    the entry point has yet to resolve (it may compile)."""
-    artifact = engine.artifact
-    if artifact is None:
-        artifact = remembered_artifact(
-            engine.model,
-            engine.device,
-            engine.dtype,
-            engine.weight_format,
-            engine.quantization,
-            engine.tensor_parallel_size,
-            engine.max_model_len,
-        )
-    if artifact is None:
-        return engine
+def select_runtime_library(engine: EngineArgs) -> None:
+    """Tell TVM to load its runtime library alone (the compiler library, LLVM inside, costs
+    about a second and hundreds of MB) when nothing will compile: the artifact is settled
+    (given, pulled or remembered, entrypoints/resolve.py) and no draft model's artifact is
+    still to resolve (it may compile); unless TVM is already imported or the switch is set."""
     spec = engine.speculative_config
     draft_unresolved = spec is not None and spec.model is not None and spec.draft_artifact is None
-    if "tvm" not in sys.modules and not draft_unresolved:
+    if engine.artifact is not None and "tvm" not in sys.modules and not draft_unresolved:
         os.environ.setdefault(RUNTIME_ONLY_ENV, "1")
-    return replace(engine, artifact=artifact)
+
+
+def prepare_command_start(engine: EngineArgs) -> None:
+    """The start-up preparation of a command that runs an engine, done before anything
+    imports TVM (entrypoints/resolve.py calls it once the checkpoint and any settled
+    artifact are known): no torch unless dummy weights need it, TVM's runtime library alone
+    when nothing will compile, no ml_dtypes when no loaded array can need it."""
+    skip_torch_import(needs_torch=engine.load_format == DUMMY)
+    select_runtime_library(engine)
+    skip_ml_dtypes_import(engine)

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.cli.common_args import add_dtype_argument, add_weight_format_argument
 
 
@@ -31,9 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vllm_tvm.artifact_registry.publish import publish
     from vllm_tvm.checkpoints.model_reference import is_hf_model_id, resolve_model
     from vllm_tvm.compiler.build import compile_cached, make_request
-    from vllm_tvm.registry.publish import publish
 
     checkpoint = resolve_model(args.model)
     if args.name:
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         model_id = args.model
     else:
         model_id = checkpoint.stem if checkpoint.is_file() else checkpoint.name
-    request = make_request(checkpoint, args.target, args.dtype, args.weight_format)
+    request = make_request(CompileOptions(checkpoint, args.target, args.dtype, args.weight_format))
     if args.artifact is not None:
         check_artifact_fits(args.artifact, checkpoint, request.target.name)
     artifact = args.artifact or compile_cached(request)
@@ -65,7 +66,7 @@ def check_artifact_fits(artifact: Path, checkpoint: Path, target_name: str) -> N
     checkpoint published with it (the entry would describe a build it is not)."""
     from vllm_tvm.artifacts.manifest import read_manifest
     from vllm_tvm.checkpoints.model_config import read_model_config
-    from vllm_tvm.model_defs.registry import family_for
+    from vllm_tvm.model_defs.architectures import family_for
 
     manifest = read_manifest(artifact, verify=True)
     config = read_model_config(checkpoint)
@@ -83,8 +84,8 @@ def check_artifact_fits(artifact: Path, checkpoint: Path, target_name: str) -> N
 def target_features(target_name: str) -> dict[str, Any]:
     """What a machine needs to run an artifact of `target_name` built here: the GPU arch, or
     this CPU's name and instruction-set extensions."""
+    from vllm_tvm.artifact_registry.machine import cpu_features
     from vllm_tvm.compiler.targets import resolve_target
-    from vllm_tvm.registry.machine import cpu_features
 
     spec = resolve_target(target_name)
     if spec.fat_archs:

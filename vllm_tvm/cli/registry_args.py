@@ -3,7 +3,7 @@ make.
 
 Why shared: `pull MODEL_ID` and `generate/serve/bench --model MODEL_ID` reach the same
 registry with the same trust rules, so the flags are declared once; each one left unset
-falls back to its environment variable (registry/resolve.py).
+falls back to its environment variable (artifact_registry/resolve.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vllm_tvm.registry.resolve import REGISTRY_ENV, RegistrySettings
+from vllm_tvm.artifact_registry.resolve import REGISTRY_ENV, RegistrySettings
 
 
 def add_registry_arguments(parser: argparse.ArgumentParser) -> None:

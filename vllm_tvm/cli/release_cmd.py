@@ -1,5 +1,5 @@
 """`vllm-tvm release-archive BUNDLE --out DIR` and `vllm-tvm validate-release ARCHIVE`: the C
-bundle as a verified release tarball (vllm_tvm/embedding/release_archive.py, release_check.py).
+bundle as a verified release tarball (vllm_tvm/native_bundle/release_archive.py, release_check.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_make(args: argparse.Namespace) -> int:
-    from vllm_tvm.embedding.release_archive import write_release_archive
+    from vllm_tvm.native_bundle.release_archive import write_release_archive
 
     if not (args.bundle / "lib" / "libvllm_tvm.so").is_file():
         raise FileNotFoundError(f"{args.bundle} is not a `vllm-tvm embed` folder")
@@ -48,7 +48,7 @@ def run_make(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from vllm_tvm.embedding.release_check import validate_archive
+    from vllm_tvm.native_bundle.release_check import validate_archive
 
     if not args.archive.is_file():
         raise FileNotFoundError(f"no archive at {args.archive}")

@@ -16,21 +16,14 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from vllm_tvm.checkpoints.model_reference import is_hf_model_id
-from vllm_tvm.cli.default_model import DEFAULT_MODEL_NAME
+from vllm_tvm.checkpoints.default_model import DEFAULT_MODEL_NAME
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
-from vllm_tvm.cli.preflight import (
-    check_device,
-    check_port,
-    resolve_engine_model,
-    skip_ml_dtypes_import,
-    skip_torch_import,
-    use_built_artifact,
-)
+from vllm_tvm.cli.preflight import check_device, check_port, prepare_command_start
+from vllm_tvm.cli.registry_args import registry_settings_from_cli
 from vllm_tvm.cli.serve_args import add_server_arguments, server_settings_from_cli
 from vllm_tvm.cli.vllm_serve_flags import add_vllm_serve_flags
+from vllm_tvm.entrypoints.resolve import BeforeLoad, resolve_engine
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
-from vllm_tvm.runtime.weights.load_format import DUMMY
 from vllm_tvm.server.config import ServerConfig
 
 STRUCTURED_OUTPUT_BACKENDS = ("auto", "guidance")
@@ -73,7 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's settings from parsed flags and the environment (the default model when
     none is named)."""
-    from vllm_tvm.cli.default_model import default_model_path
+    from vllm_tvm.checkpoints.default_model import default_model_path
 
     if args.model_tag is not None and args.model is not None and args.model_tag != args.model:
         raise ValueError(f"two models given: {args.model_tag!r} and --model {args.model!r}")
@@ -84,8 +77,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model = str(default_model_path())
         served = served or [DEFAULT_MODEL_NAME]
     engine = serve_engine_args(args, model)
-    if not served and str(engine.model) != model:
-        served = [model]  # a registry model id, pulled: served under its id
     if "disable_additional_properties" in args.structured_outputs_config:
         settings["disable_additional_properties"] = args.structured_outputs_config[
             "disable_additional_properties"
@@ -129,32 +120,28 @@ def serve_engine_args(args: argparse.Namespace, model: str) -> EngineArgs:
     return engine
 
 
-def checked_config(args: argparse.Namespace) -> ServerConfig:
+def checked_config(args: argparse.Namespace, before_load: BeforeLoad | None = None) -> ServerConfig:
     """`config_from_args` with its cheap inputs checked (port free, device present) and the
-    model resolved to a local checkpoint; a Hugging Face id is also the default served name."""
+    engine resolved (entrypoints/resolve.py; `before_load` as there); a model named by a
+    registry or Hugging Face id is also served under that id by default."""
     config = config_from_args(args)
     check_port(config.host, config.port)
     check_device(config.engine.device)
-    model = config.engine.model
-    engine = resolve_engine_model(config.engine)
+    model = str(config.engine.model)
+    engine = resolve_engine(config.engine, registry_settings_from_cli(args), before_load)
     served = config.served_model_name
-    if not served and is_hf_model_id(model) and not Path(model).exists():
+    if not served and not Path(model).exists():
         served = [model]
     return replace(config, engine=engine, served_model_name=served)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = checked_config(args)
-    skip_torch_import(needs_torch=config.engine.load_format == DUMMY)
-    config = replace(config, engine=use_built_artifact(config.engine))
-    skip_ml_dtypes_import(config.engine)
-    from vllm_tvm.entrypoints.llm import artifact_for, with_draft_artifact
-    from vllm_tvm.server.launch import serve
-
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    engine = with_draft_artifact(config.engine)
-    serve(replace(config, engine=replace(engine, artifact=artifact_for(engine))))
+    config = checked_config(args, before_load=prepare_command_start)
+    from vllm_tvm.server.launch import serve
+
+    serve(config)
     return 0

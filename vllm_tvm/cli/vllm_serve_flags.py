@@ -13,20 +13,25 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-NO_EFFECT_SWITCHES = {
-    "--enforce-eager": "CUDA graphs are fixed when the artifact is compiled "
-    "(VLLM_TVM_CUDA_GRAPH=0 at compile time turns them off)",
-    "--disable-log-stats": "the server logs no periodic engine statistics (see /metrics)",
-    "--disable-frontend-multiprocessing": "the server and engine already share one process",
-    "--disable-custom-all-reduce": "tensor-parallel ranks all-reduce through their CCL only",
-    "--enable-chunked-prefill": "long prompts are always prefilled in chunks",
-}
-"""vLLM switches accepted with no effect, and why their effect does not apply here."""
+from vllm_tvm.entrypoints.vllm_options import NO_EFFECT_SWITCHES as ENGINE_SWITCHES
+from vllm_tvm.entrypoints.vllm_options import NO_EFFECT_VALUES as ENGINE_VALUES
 
-NO_EFFECT_OPTIONS = {
-    "--swap-space": "preempted sequences are recomputed, never swapped to host memory",
-    "--max-seq-len-to-capture": "CUDA graphs are fixed when the artifact is compiled",
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+ENGINE_NO_EFFECT_SWITCHES = {_flag(name): why for name, why in ENGINE_SWITCHES.items()}
+ENGINE_NO_EFFECT_OPTIONS = {_flag(name): why for name, why in ENGINE_VALUES.items()}
+"""The engine's no-effect options as flags (generate takes these too)."""
+
+NO_EFFECT_SWITCHES = {
+    **ENGINE_NO_EFFECT_SWITCHES,
+    "--disable-frontend-multiprocessing": "the server and engine already share one process",
 }
+"""vLLM switches serve accepts with no effect, and why their effect does not apply here."""
+
+NO_EFFECT_OPTIONS = ENGINE_NO_EFFECT_OPTIONS
 """vLLM flags taking a value, accepted with no effect (the value is ignored), and why."""
 
 NOT_IMPLEMENTED = (
@@ -133,13 +138,25 @@ class _Refuse(argparse.Action):
         parser.error(f"{flag} is not supported by vllm-tvm serve{hint}")
 
 
-def add_vllm_serve_flags(parser: argparse.ArgumentParser) -> None:
-    """Recognise every flag above on `parser` (none of them sets a field)."""
-    for flag, why in NO_EFFECT_SWITCHES.items():
+def _add_no_effect(
+    parser: argparse.ArgumentParser, switches: dict[str, str], options: dict[str, str]
+) -> None:
+    for flag, why in switches.items():
         parser.add_argument(
             flag, action="store_true", default=argparse.SUPPRESS, help=f"no effect: {why}"
         )
-    for flag, why in NO_EFFECT_OPTIONS.items():
+    for flag, why in options.items():
         parser.add_argument(flag, default=argparse.SUPPRESS, metavar="N", help=f"no effect: {why}")
+
+
+def add_vllm_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """Recognise vLLM's engine flags that have no effect here on `parser` (none sets a
+    field)."""
+    _add_no_effect(parser, ENGINE_NO_EFFECT_SWITCHES, ENGINE_NO_EFFECT_OPTIONS)
+
+
+def add_vllm_serve_flags(parser: argparse.ArgumentParser) -> None:
+    """Recognise every flag above on `parser` (none of them sets a field)."""
+    _add_no_effect(parser, NO_EFFECT_SWITCHES, NO_EFFECT_OPTIONS)
     for flag in NOT_IMPLEMENTED:
         parser.add_argument(flag, nargs="?", action=_Refuse, help=argparse.SUPPRESS)

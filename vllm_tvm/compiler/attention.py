@@ -24,8 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.backends import ATTENTION_FLASHINFER
 from vllm_tvm.artifacts.cache import cache_root
-from vllm_tvm.compiler.backends import ATTENTION_BACKENDS, ATTENTION_FLASHINFER
+from vllm_tvm.artifacts.compile_options import check_attention
 from vllm_tvm.compiler.flashinfer_objects import flashinfer_objects_kept
 
 FLASHINFER_DTYPES = ("float16", "bfloat16")
@@ -38,10 +39,7 @@ _FLASHINFER_MODULES = ("flashinfer", "torch", "ninja", "pynvml", "einops", "tabu
 
 def resolve_attention(attention: str, target_kind: str, dtype: str) -> str:
     """Validate `attention` for a target kind and dtype; FlashInfer must be importable."""
-    if attention not in ATTENTION_BACKENDS:
-        raise ValueError(
-            f"unsupported attention '{attention}'; supported: " + ", ".join(ATTENTION_BACKENDS)
-        )
+    check_attention(attention)
     if attention == ATTENTION_FLASHINFER:
         if target_kind != "cuda" or dtype not in FLASHINFER_DTYPES:
             raise ValueError(

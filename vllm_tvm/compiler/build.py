@@ -9,7 +9,6 @@ write (write.py: the artifact directory, replaced atomically).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -19,13 +18,14 @@ from pathlib import Path
 import tvm
 from tqdm import tqdm
 
-from vllm_tvm.artifacts.cache import artifact_dir_for, artifact_key, entry_lock
+from vllm_tvm.artifacts.backends import ATTENTION_TIR, GEMM_CUBLASLT, GEMM_TIR
+from vllm_tvm.artifacts.cache import artifact_dir_for, entry_lock
+from vllm_tvm.artifacts.compile_options import GEMM_AUTO, CompileOptions, artifact_key, check_gemm
 from vllm_tvm.artifacts.manifest import Manifest
 from vllm_tvm.checkpoints.fp8_weights import fp8_row_scaled
 from vllm_tvm.checkpoints.model_config import checkpoint_dtype, is_gguf, read_model_config
 from vllm_tvm.checkpoints.weight_formats import NATIVE
 from vllm_tvm.compiler.attention import resolve_attention
-from vllm_tvm.compiler.backends import ATTENTION_TIR, GEMM_BACKENDS, GEMM_CUBLASLT, GEMM_TIR
 from vllm_tvm.compiler.cuda_build import build_relax_module
 from vllm_tvm.compiler.export import ExportedModel, export_model, request_model_config
 from vllm_tvm.compiler.fp8_gemm_dispatch import fp8_gemm_applies
@@ -35,132 +35,104 @@ from vllm_tvm.compiler.pipeline import LibraryContents, lowering_pipeline, rewri
 from vllm_tvm.compiler.quantization_report import format_report, quantization_errors
 from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.source_digest import compiler_source_digest
-from vllm_tvm.compiler.speculative_variants import check_role, role_key
+from vllm_tvm.compiler.speculative_variants import check_role
 from vllm_tvm.compiler.targets import TargetSpec, resolve_target
 from vllm_tvm.compiler.weight_plan import plan_weight_formats
 from vllm_tvm.compiler.write import write_artifact
-from vllm_tvm.kernels.cublaslt import EXTENSION_NAME
-from vllm_tvm.model_defs.registry import family_for
+from vllm_tvm.extensions.cublaslt import EXTENSION_NAME
+from vllm_tvm.model_defs.architectures import family_for
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 CUDA_GRAPH_ENV = "VLLM_TVM_CUDA_GRAPH"
 """`0` compiles CUDA artifacts without CUDA-graph capture (the plain path, for A/B runs)."""
 
 
-def make_request(
-    model: str | Path,
-    target: str = "llvm",
-    dtype: str = "auto",
-    weight_format: str = NATIVE,
-    gemm: str = "auto",
-    attention: str = ATTENTION_TIR,
-    quantization: str | None = None,
-    tensor_parallel_shards: int = 1,
-    max_model_len: int | None = None,
-    speculative_role: str | None = None,
-    aux_hidden_layers: tuple[int, ...] = (),
-) -> CompileRequest:
-    """Validate user-facing compile options (target name, dtype, weight format) into a request.
-
-    `weight_format`: `native` keeps the GGUF weights of a supported quant type quantized on
-    the device, `dequantized` stores every weight as a float array. `gemm`: `cublaslt` runs
-    float16/bfloat16 matmuls with a run-time row count through cuBLASLt (CUDA only), `tir`
-    keeps every matmul a TIR kernel, `auto` is `cublaslt` where it applies. `attention`:
-    `tir` or `flashinfer` (compiler/attention.py). `quantization`: quantize a float
-    checkpoint's weights in groups (checkpoints/group_quantization.py), None: as stored.
-    `tensor_parallel_shards`: ranks the network is split over (model_defs/tensor_parallel.py).
-    `max_model_len`: the context the engine will run (None: the checkpoint's; it picks
-    longrope's factor set, compiler/request.py).
-    `speculative_role`: a build a speculative method needs (compiler/speculative_variants.py);
-    `aux_hidden_layers`: the layers an EAGLE-3 target exports the inputs of.
-    """
-    check_role(speculative_role)
-    model_path = Path(model)
+def make_request(options: CompileOptions) -> CompileRequest:
+    """Resolve user-facing compile options (compile_options.py) into a request: the target's
+    preset, the dtype (`auto`: the checkpoint's; a block-quantized GGUF on the CPU computes
+    in float32), the weights kept quantized (weight_plan.py), the gemm backend (`auto`:
+    cuBLASLt where it applies) and the attention backend, each refused by name where it
+    cannot be built."""
+    check_role(options.speculative_role)
+    model_path = Path(options.model)
     config = read_model_config(model_path)
-    spec = resolve_target(target)
-    resolved_dtype = dtype
+    spec = resolve_target(options.target)
+    dtype = options.dtype
     if dtype == "auto":
         # A block-quantized GGUF is dequantized at load; on CPU it runs in fp32, which is
         # what the fp32 oracle computes (exact tokens), elsewhere in the file's float type.
         gguf_on_cpu = is_gguf(model_path) and spec.kind == "llvm"
-        resolved_dtype = "float32" if gguf_on_cpu else checkpoint_dtype(config)
-    if resolved_dtype not in SUPPORTED_DTYPES:
+        dtype = "float32" if gguf_on_cpu else checkpoint_dtype(config)
+    if dtype not in SUPPORTED_DTYPES:
         raise ValueError(
-            f"unsupported dtype '{resolved_dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
+            f"unsupported dtype '{dtype}'; supported: auto, " + ", ".join(SUPPORTED_DTYPES)
         )
     formats = plan_weight_formats(
         model_path,
         config,
         spec,
-        resolved_dtype,
-        weight_format,
-        quantization,
-        tensor_parallel_shards,
+        dtype,
+        options.weight_format,
+        options.quantization,
+        options.tensor_parallel_size,
     )
-    resolved_gemm = _resolve_gemm(gemm, spec, resolved_dtype)
-    if spec.fat_archs and attention != ATTENTION_TIR:
+    if spec.fat_archs and options.attention != ATTENTION_TIR:
         raise ValueError(
-            f"attention '{attention}' builds FlashInfer's kernels for one SM; the fat target "
-            f"'{spec.name}' needs attention '{ATTENTION_TIR}'"
+            f"attention '{options.attention}' builds FlashInfer's kernels for one SM; the fat "
+            f"target '{spec.name}' needs attention '{ATTENTION_TIR}'"
         )
-    resolved_attention = resolve_attention(attention, spec.kind, resolved_dtype)
+    resolved = replace(
+        options,
+        model=model_path,
+        target=spec.name,
+        dtype=dtype,
+        gemm=_resolve_gemm(options.gemm, spec, dtype),
+        attention=resolve_attention(options.attention, spec.kind, dtype),
+    )
     # Static-shape regions (all of `decode_single` between KV-cache calls) are captured into
     # CUDA graphs at run time, removing per-kernel launch and VM overhead.
     cuda_graph = spec.kind == "cuda" and os.environ.get(CUDA_GRAPH_ENV, "1") != "0"
-    return CompileRequest(
-        model_path,
-        spec,
-        resolved_dtype,
-        formats,
-        cuda_graph,
-        resolved_gemm,
-        resolved_attention,
-        quantization,
-        tensor_parallel_shards,
-        max_model_len,
-        speculative_role,
-        tuple(aux_hidden_layers),
-    )
+    return CompileRequest(resolved, spec, formats, cuda_graph)
 
 
 def _resolve_gemm(gemm: str, spec: TargetSpec, dtype: str) -> str:
     """`auto` -> cublaslt on CUDA for 16-bit floats, else tir; cublaslt elsewhere is refused."""
-    if gemm not in ("auto", *GEMM_BACKENDS):
-        raise ValueError(f"unsupported gemm '{gemm}'; supported: auto, " + ", ".join(GEMM_BACKENDS))
+    check_gemm(gemm)
     applies = spec.kind == "cuda" and dtype in ("float16", "bfloat16")
     if gemm == GEMM_CUBLASLT and not applies:
         raise ValueError(
             f"gemm 'cublaslt' needs a cuda target and dtype float16 or bfloat16; "
             f"got target '{spec.name}' and dtype '{dtype}'"
         )
-    if gemm == "auto":
+    if gemm == GEMM_AUTO:
         return GEMM_CUBLASLT if applies else GEMM_TIR
     return gemm
 
 
 def cache_key_for(request: CompileRequest) -> str:
-    """The content-addressed cache key of a request."""
+    """The content-addressed cache key of a request (compile_options.artifact_key): the
+    model as its parsed config's fingerprint, which carries the context, the split over
+    ranks and an EAGLE-3 target's layers (so those options are left to it: the model's own
+    context and an explicit one that changes nothing share an artifact); the resolved
+    options; the target as TVM configures it for this machine, the weights compiled
+    quantized, CUDA-graph capture, TVM's version and the source of the code that builds it."""
     _, parsed = request_model_config(request)
-    target = json.dumps(
-        {
-            **request.target.resolved_config(),
-            "cuda_graph": request.cuda_graph,
-            "gemm": request.gemm,
-            "attention": request.attention,
-            **role_key(request.speculative_role),
-            "fat_archs": list(request.target.fat_archs),
-        },
-        sort_keys=True,
+    options = replace(
+        request.options,
+        weight_format=NATIVE,
+        tensor_parallel_size=1,
+        max_model_len=None,
+        aux_hidden_layers=(),
     )
-    return artifact_key(
-        parsed.fingerprint(),
-        target,
-        request.dtype,
-        tvm.__version__,
-        compiler_source_digest(),
-        request.weight_formats,
-        request.quantization,
-    )
+    depends_on = {
+        "target": request.target.resolved_config(),
+        "cuda_graph": request.cuda_graph,
+        "fat_archs": list(request.target.fat_archs),
+        "weight_formats": dict(request.weight_formats),
+        "tvm": tvm.__version__,
+        "build_source": compiler_source_digest(),
+    }
+    return artifact_key(parsed.fingerprint(), options, depends_on)
 
 
 @dataclass(frozen=True)

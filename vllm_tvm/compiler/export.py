@@ -18,6 +18,7 @@ from typing import Any
 import tvm
 
 import vllm_tvm
+from vllm_tvm.artifacts.backends import ATTENTION_FLASHINFER
 from vllm_tvm.artifacts.manifest import Manifest
 from vllm_tvm.checkpoints.model_config import read_model_config
 from vllm_tvm.compiler.attention import (
@@ -25,7 +26,6 @@ from vllm_tvm.compiler.attention import (
     cudart_link_options,
     flashinfer_build_environment,
 )
-from vllm_tvm.compiler.backends import ATTENTION_FLASHINFER
 from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
 from vllm_tvm.compiler.request import CompileRequest
@@ -37,8 +37,8 @@ from vllm_tvm.compiler.speculative_variants import (
     model_for_role,
 )
 from vllm_tvm.compiler.weight_plan import param_entry
+from vllm_tvm.model_defs.architectures import ModelFamily
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
-from vllm_tvm.model_defs.registry import ModelFamily
 from vllm_tvm.model_defs.tensor_parallel import TensorParallelError, manifest_plan, with_shards
 
 

@@ -7,7 +7,7 @@ decode products of such weights therefore become three steps:
 
 1. the activation rows are quantized to FP8 E4M3, one scale per token
    (schedules/fp8_activation.py), the dynamic per-token scheme vLLM uses for FP8 weights;
-2. `vllm_tvm.cublaslt.gemm_fp8_nt` (kernels/cublaslt_gemm.cc) multiplies the codes and
+2. `vllm_tvm.cublaslt.gemm_fp8_nt` (extensions/cublaslt_gemm.cc) multiplies the codes and
    applies the token scales and the weight's per-row scales to the fp32 accumulator
    (cuBLASLt's outer-vector scale mode), writing the float16/bfloat16 output;
 3. nothing else: the output is the product's.

@@ -4,7 +4,7 @@ Why: TVM 0.27's stock GPU matmul schedules use no tensor cores on Hopper, so pre
 batched decode ran at a few percent of the GPU's matrix throughput. This pass replaces each
 `call_tir` of an `nt_matmul` (layers.py: y = x @ w^T, fp32 accumulation, float16/bfloat16
 inputs) whose rows are not a static 1 by `call_dps_packed` of the extension in
-`kernels/cublaslt_gemm.cc`. Static single-row products (`decode_single`) stay on the TIR
+`extensions/cublaslt_gemm.cc`. Static single-row products (`decode_single`) stay on the TIR
 GEMV schedule, which reads weights at copy bandwidth and is captured in CUDA graphs.
 `--gemm tir` keeps every matmul on TIR (the plain arm for A/B runs). The pass runs in the
 first phase of the pipeline (pipeline.py), before legalization, while the matmuls are still

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
+from vllm_tvm.artifacts.backends import GEMM_CUBLASLT
 from vllm_tvm.compiler.attention_softcap import softcap_attention_kernels
-from vllm_tvm.compiler.backends import GEMM_CUBLASLT
 from vllm_tvm.compiler.fp8_gemm_dispatch import dispatch_fp8_gemms_pass
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_pass
 from vllm_tvm.compiler.library_metadata import AttachMetadata

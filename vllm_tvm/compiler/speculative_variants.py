@@ -25,11 +25,11 @@ from vllm_tvm.artifacts.speculative_roles import (
     SPECULATIVE_ROLES,
 )
 from vllm_tvm.checkpoints.eagle3_config import EAGLE3_CHECKPOINT_ARCHITECTURES
+from vllm_tvm.model_defs.architectures import ModelFamily, family_for
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.deepseek_mtp import DeepseekMTP, mtp_weight_sources
 from vllm_tvm.model_defs.eagle import EagleHead, eagle_weight_sources
 from vllm_tvm.model_defs.eagle3 import Eagle3Head, eagle3_weight_sources, parse_eagle3_head_config
-from vllm_tvm.model_defs.registry import ModelFamily, family_for
 
 ROLE_FAMILIES = {
     HIDDEN_STATES_TARGET: ("llama", "deepseek"),
@@ -126,8 +126,3 @@ def model_for_role(model: PagedCausalLM, role: str | None) -> PagedCausalLM:
     if role in (HIDDEN_STATES_TARGET, AUX_HIDDEN_STATES_TARGET):
         model.exports_hidden_states = True
     return model
-
-
-def role_key(role: str | None) -> dict[str, str]:
-    """The role's share of the artifact cache key: nothing for a plain build."""
-    return {} if role is None else {"speculative_role": role}

@@ -28,8 +28,8 @@ from vllm_tvm.checkpoints.weight_formats import (
     quant_format,
 )
 from vllm_tvm.compiler.targets import TargetSpec
+from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.model_defs.quant_linear import quantizable_weights
-from vllm_tvm.model_defs.registry import family_for
 
 WeightSources = Callable[[str], tuple[list[str], int]]
 

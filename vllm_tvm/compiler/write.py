@@ -18,7 +18,7 @@ import tvm
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, Manifest, write_manifest
 from vllm_tvm.compiler.cuda_build import export
 from vllm_tvm.compiler.targets import TargetSpec
-from vllm_tvm.kernels.cublaslt import EXTENSION_NAME, build_cublaslt_extension
+from vllm_tvm.extensions.cublaslt import EXTENSION_NAME, build_cublaslt_extension
 
 _EXTENSION_BUILDERS = {EXTENSION_NAME: build_cublaslt_extension}
 """How to make each extension a manifest may list."""

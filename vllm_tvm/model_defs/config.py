@@ -209,7 +209,7 @@ def _sliding_window(config: dict[str, Any], family: FamilySpec) -> Any:
 
 _LLAMA_NUMERICS = FamilySpec(name="llama-numerics", architectures=())
 """What an architecture no family owns is parsed as (callers refuse unknown names first:
-model_defs/registry.py); the speculative heads' configs are read this way."""
+model_defs/architectures.py); the speculative heads' configs are read this way."""
 
 
 def parse_llama_family_config(

@@ -19,8 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_tvm.checkpoints.group_quantization import check_quantization
-from vllm_tvm.checkpoints.weight_formats import NATIVE, check_weight_format_mode
+from vllm_tvm.artifacts.compile_options import CompileOptions, option_default
 from vllm_tvm.runtime.devices import target_kind_for
 from vllm_tvm.runtime.sampling.params import LogprobsMode, check_logprobs_mode
 from vllm_tvm.runtime.speculative.config import SpeculativeConfig, as_speculative_config
@@ -46,8 +45,9 @@ class EngineArgs:
     """Everything that shapes an engine, with the reference server's defaults.
 
     `artifact` None means the artifact is still to be resolved (compiled on first use) from
-    (`model`, `device`, `dtype`, `weight_format`, `quantization`) by the entry point; the
-    engine itself needs it resolved. The KV pool is `num_blocks` x `block_size` tokens, or
+    `compile_options` (model, device's target, dtype, weight_format, quantization, attention,
+    gemm, tensor_parallel_size, max_model_len) by the entry point (entrypoints/resolve.py);
+    the engine itself needs it resolved. The KV pool is `num_blocks` x `block_size` tokens, or
     sized from `kv_cache_memory` bytes, or from `gpu_memory_utilization` (the fraction of the device
     this process may use, measured after the weights are loaded); at most one of the three,
     none: DEFAULT_NUM_BLOCKS. `max_model_len` None fits the model's length to the pool;
@@ -55,11 +55,11 @@ class EngineArgs:
     load_format.LOAD_FORMATS (`dummy` weights are seeded by `seed`, 0 when None);
     `skip_tokenizer_init` loads no tokenizer. `speculative_config` (vLLM's JSON, a dict or
     a `SpeculativeConfig`; None: off) makes decode steps verify proposed tokens.
-    `skip_tokenizer_init` loads no tokenizer. `itl_target_ms` is the inter-token latency
-    the scheduler keeps running streams near while prompts prefill, by cutting those prompts
-    into chunks sized from measured step times (scheduler.py, step_pacer.py); 0: no pacing,
-    the token budget alone bounds a step. `tensor_parallel_size` > 1 splits a Llama-family
-    model over that many ranks (model_defs/tensor_parallel.py; tensor_parallel_runner.py).
+    `itl_target_ms` is the inter-token latency the scheduler keeps running streams near
+    while prompts prefill, by cutting those prompts into chunks sized from measured step
+    times (scheduler.py, step_pacer.py); 0: no pacing, the token budget alone bounds a step.
+    `tensor_parallel_size` > 1 splits a Llama-family model over that many ranks
+    (model_defs/tensor_parallel.py; tensor_parallel_runner.py).
     `async_scheduling` (vLLM's name) launches each forward before the previous one's text
     and outputs are made, so host work overlaps the device's; None: on for CUDA without
     speculation (`overlaps_steps`).
@@ -68,12 +68,14 @@ class EngineArgs:
     model: str | Path
     artifact: str | Path | None = None
     device: str = "cpu"
-    dtype: str = "auto"
-    weight_format: str = NATIVE
-    quantization: str | None = None
-    tensor_parallel_size: int = 1
+    dtype: str = option_default("dtype")
+    weight_format: str = option_default("weight_format")
+    quantization: str | None = option_default("quantization")
+    attention: str = option_default("attention")
+    gemm: str = option_default("gemm")
+    tensor_parallel_size: int = option_default("tensor_parallel_size")
     load_format: str = AUTO
-    max_model_len: int | None = None
+    max_model_len: int | None = option_default("max_model_len")
     max_num_seqs: int = 32
     max_num_batched_tokens: int | None = None
     block_size: int = 32
@@ -95,13 +97,9 @@ class EngineArgs:
         object.__setattr__(
             self, "speculative_config", as_speculative_config(self.speculative_config)
         )
-        target_kind_for(self.device)
-        check_weight_format_mode(self.weight_format)
-        check_quantization(self.quantization)
+        self.compile_options  # noqa: B018 (checks the device and every compile option by name)
         check_load_format(self.load_format)
         check_logprobs_mode(self.logprobs_mode)
-        if self.tensor_parallel_size < 1:
-            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if not self.itl_target_ms >= 0:
             raise ValueError(f"itl_target_ms must be 0 (off) or positive, got {self.itl_target_ms}")
         if self.async_scheduling and self.speculative_config is not None:
@@ -118,6 +116,23 @@ class EngineArgs:
                 + ", ".join(option_names())
             )
         return cls(model=model, **options)
+
+    @property
+    def compile_options(self) -> CompileOptions:
+        """The options of the model's own (non-speculative) artifact: the compile options
+        this engine holds, for its device's target (artifacts/compile_options.py, which
+        defines them and their defaults)."""
+        return CompileOptions(
+            self.model,
+            target_kind_for(self.device),
+            self.dtype,
+            self.weight_format,
+            self.gemm,
+            self.attention,
+            self.quantization,
+            self.tensor_parallel_size,
+            self.max_model_len,
+        )
 
     @property
     def token_budget(self) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
 from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
-from vllm_tvm.kernels import load_artifact_extensions
+from vllm_tvm.extensions import load_artifact_extensions
 from vllm_tvm.runtime.devices import DEVICES
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, PagedKVCache
 from vllm_tvm.runtime.model.artifact_fit import check_runs_on

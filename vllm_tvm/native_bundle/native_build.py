@@ -25,7 +25,7 @@ from pathlib import Path
 
 from vllm_tvm.artifacts.cache import cache_root
 from vllm_tvm.artifacts.runtime_bundle import fetch_wheel
-from vllm_tvm.embedding.targets import BUILT_TARGETS, HOST_TARGET, EmbedTarget
+from vllm_tvm.native_bundle.targets import BUILT_TARGETS, HOST_TARGET, EmbedTarget
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NATIVE_DIR = REPO_ROOT / "native"

@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from vllm_tvm.registry.index import RegistryError
+from vllm_tvm.artifact_registry.index import RegistryError
 
 TRUSTED_KEYS_ENV = "VLLM_TVM_TRUSTED_KEYS"
 """Public key files to trust, separated by the path separator (`:`)."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from vllm_tvm import __version__
 from vllm_tvm.artifacts.manifest import sha256_of_file
-from vllm_tvm.embedding.release_layout import (
+from vllm_tvm.native_bundle.release_layout import (
     ELF_MACHINES,
     MANIFEST,
     SBOM,

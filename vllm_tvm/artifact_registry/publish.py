@@ -13,8 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from vllm_tvm.artifacts.manifest import MANIFEST_NAME, read_manifest, sha256_of_file
-from vllm_tvm.registry.index import (
+from vllm_tvm.artifact_registry.index import (
     BLOB_DIR,
     FILE_NAME,
     INDEX_NAME,
@@ -25,7 +24,8 @@ from vllm_tvm.registry.index import (
     RegistryIndex,
     parse_index,
 )
-from vllm_tvm.registry.signing import sign
+from vllm_tvm.artifact_registry.signing import sign
+from vllm_tvm.artifacts.manifest import MANIFEST_NAME, read_manifest, sha256_of_file
 
 
 def checkpoint_files(checkpoint: Path) -> list[Path]:

@@ -1,8 +1,9 @@
 """Names of the compile-time kernel choices (`--gemm`, `--attention`).
 
-Kept apart from the modules that implement them (gemm_dispatch.py, attention.py), which
-import TVM's compiler: the CLI lists these names on serving machines that carry only TVM's
-runtime, where importing `tvm.relax` fails.
+Kept apart from the compiler modules that implement them (gemm_dispatch.py, attention.py),
+which import TVM's compiler, and below the runtime: the CLI lists these names, and every front
+end checks them (compile_options.py), on serving machines that carry only TVM's runtime, where
+importing `tvm.relax` fails.
 """
 
 from __future__ import annotations

@@ -6,24 +6,25 @@ that is not a local path means. When a registry is configured (`--registry` or
 $VLLM_TVM_REGISTRY) and holds the id, the entry that fits this machine is pulled (artifact
 and checkpoint); when none fits, only its checkpoint is pulled and the model is compiled
 locally; with no registry, or offline, a previously pulled entry is used. One line on stderr
-says which happened. A name that is a local path, or that no registry holds, is left to the
-checkpoint resolver (local path, Hugging Face cache).
+says which happened (entrypoints/resolve.py). A name that is a local path, or that no
+registry holds, is left to the checkpoint resolver (local path, Hugging Face cache).
+
+The registry reads the request as `CompileOptions` (artifacts/compile_options.py), below
+the runtime: an entry fits when it was built as those options ask (artifact_registry/pull.py).
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_tvm.registry.index import MODEL_ID, RegistryError
-from vllm_tvm.runtime.devices import target_kind_for
-from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.artifact_registry.index import MODEL_ID, RegistryError
+from vllm_tvm.artifacts.compile_options import CompileOptions
 
 if TYPE_CHECKING:
-    from vllm_tvm.registry.pull import SignedIndex
+    from vllm_tvm.artifact_registry.pull import SignedIndex
 
 REGISTRY_ENV = "VLLM_TVM_REGISTRY"
 OFFLINE_ENV = "VLLM_TVM_OFFLINE"
@@ -74,8 +75,8 @@ class RegistryModel:
 
 def signed_index(settings: RegistrySettings) -> SignedIndex:
     """The configured registry's index, its signature judged by the settings' trust."""
-    from vllm_tvm.registry.pull import TrustPolicy, read_index
-    from vllm_tvm.registry.sources import open_source
+    from vllm_tvm.artifact_registry.pull import TrustPolicy, read_index
+    from vllm_tvm.artifact_registry.sources import open_source
 
     if settings.registry is None:
         raise RegistryError(f"no registry: pass --registry URL_OR_DIR or set ${REGISTRY_ENV}")
@@ -83,50 +84,23 @@ def signed_index(settings: RegistrySettings) -> SignedIndex:
     return read_index(open_source(settings.registry, settings.timeout), policy)
 
 
-def registry_engine_args(args: EngineArgs, settings: RegistrySettings) -> EngineArgs:
-    """`args` on the pulled checkpoint (and artifact, when one fits) if `args.model` is a
-    registry model id; otherwise `args` unchanged."""
-    if args.artifact is not None:
-        return args
-    resolved = resolve_registry_model(
-        str(args.model),
-        target_kind_for(args.device),
-        args.dtype,
-        args.weight_format,
-        settings,
-        args.show_progress,
-    )
-    if resolved is None:
-        return args
-    artifact, note = resolved.artifact, resolved.note
-    if artifact is not None and args.quantization is not None:
-        # Registry entries are not keyed by load-time quantization: build that one here.
-        artifact = None
-        note += f"; compiling locally for --quantization {args.quantization}"
-    print(f"vllm-tvm: {args.model}: {note}", file=sys.stderr, flush=True)
-    return replace(args, model=str(resolved.checkpoint), artifact=artifact)
-
-
 def resolve_registry_model(
-    model: str,
-    target_kind: str,
-    dtype: str,
-    weight_format: str,
-    settings: RegistrySettings,
-    show_progress: bool = True,
+    options: CompileOptions, settings: RegistrySettings, show_progress: bool = True
 ) -> RegistryModel | None:
-    """The registry's answer for `model`, or None when it is a local path or no registry
-    (configured, or pulled before) holds it."""
+    """The registry's answer for `options.model`: the pulled checkpoint, and the artifact
+    of the entry that fits `options` on this machine (artifact_registry/pull.py) if one does; None
+    when the model is a local path or no registry (configured, or pulled before) holds it."""
+    model = str(options.model)
     if Path(model).expanduser().exists() or not MODEL_ID.fullmatch(model):
         return None
-    from vllm_tvm.registry.machine import this_machine
-    from vllm_tvm.registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
-    from vllm_tvm.registry.store import pulled_models
+    from vllm_tvm.artifact_registry.machine import this_machine
+    from vllm_tvm.artifact_registry.pull import choose_entry, pull_entry, pulled_fit, tqdm_progress
+    from vllm_tvm.artifact_registry.store import pulled_models
 
-    machine = this_machine(target_kind)
+    machine = this_machine(options.target_kind)
     if settings.registry is None or settings.offline:
         why_local = "offline" if settings.offline else "no registry configured"
-        found, _ = pulled_fit(model, machine, dtype, weight_format)
+        found, _ = pulled_fit(model, machine, options)
         if found is not None:
             return RegistryModel(
                 found.checkpoint_path,
@@ -146,7 +120,7 @@ def resolve_registry_model(
         return None
     progress = tqdm_progress(show_progress)
     try:
-        entry = choose_entry(signed, model, machine, dtype, weight_format)
+        entry = choose_entry(signed, model, machine, options)
     except RegistryError as no_fit:
         fallback = signed.index.entries_of(model)[-1]
         pulled = pull_entry(signed, model, fallback, progress, with_artifact=False)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from vllm_tvm.artifact_registry.index import ArtifactEntry
 from vllm_tvm.artifacts.runtime_bundle import MANIFEST_NAME
-from vllm_tvm.registry.index import ArtifactEntry
 
 ISA_FEATURES = (
     "sse4_2",

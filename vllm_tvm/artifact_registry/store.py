@@ -20,8 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifact_registry.index import (
+    ArtifactEntry,
+    RegistryError,
+    check_model_id,
+    parse_entry,
+)
 from vllm_tvm.artifacts.cache import cache_root
-from vllm_tvm.registry.index import ArtifactEntry, RegistryError, check_model_id, parse_entry
 
 ENTRY_FILE = "entry.json"
 ARTIFACT_DIR = "artifact"

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Protocol
 
-from vllm_tvm.registry.index import RegistryError
+from vllm_tvm.artifact_registry.index import RegistryError
 
 DEFAULT_ATTEMPTS = 4
 """Tries per file; each one after the first resumes where the last stopped."""

@@ -15,13 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from vllm_tvm.registry.http_download import (
+from vllm_tvm.artifact_registry.http_download import (
     DEFAULT_ATTEMPTS,
     ProgressBar,
     download_file,
     fetch_bytes,
 )
-from vllm_tvm.registry.index import FileEntry, RegistryError
+from vllm_tvm.artifact_registry.index import FileEntry, RegistryError
 
 HF_PREFIX = "hf://"
 

@@ -23,9 +23,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vllm_tvm.artifacts.manifest import ArtifactError, read_manifest, sha256_of_file
-from vllm_tvm.registry.http_download import ProgressBar
-from vllm_tvm.registry.index import (
+from vllm_tvm.artifact_registry.http_download import ProgressBar
+from vllm_tvm.artifact_registry.index import (
     INDEX_NAME,
     SIGNATURE_NAME,
     ArtifactEntry,
@@ -34,10 +33,10 @@ from vllm_tvm.registry.index import (
     RegistryIndex,
     parse_index,
 )
-from vllm_tvm.registry.machine import MachineTraits, why_not
-from vllm_tvm.registry.signing import trusted_key_files, verify_index
-from vllm_tvm.registry.sources import RegistrySource
-from vllm_tvm.registry.store import (
+from vllm_tvm.artifact_registry.machine import MachineTraits, why_not
+from vllm_tvm.artifact_registry.signing import trusted_key_files, verify_index
+from vllm_tvm.artifact_registry.sources import RegistrySource
+from vllm_tvm.artifact_registry.store import (
     ARTIFACT_DIR,
     CHECKPOINT_DIR,
     PulledModel,
@@ -48,6 +47,8 @@ from vllm_tvm.registry.store import (
     pulled_models,
     single_file_checkpoint,
 )
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.artifacts.manifest import ArtifactError, read_manifest, sha256_of_file
 
 MAX_PARALLEL_DOWNLOADS = 4
 PARTIAL_SUFFIX = ".partial"
@@ -103,13 +104,33 @@ def read_index(source: RegistrySource, policy: TrustPolicy) -> SignedIndex:
     return SignedIndex(parse_index(data), trust, source)
 
 
+INDEXED_OPTIONS = ("target", "dtype", "weight_format")
+"""The compile options an index entry records (and `why_not` matches to the machine)."""
+
+RUN_TIME_OPTIONS = ("max_model_len",)
+"""Compile options a prebuilt artifact serves at any value: the context sizes the engine,
+and changes the build only past a longrope model's original context, which the index does
+not record."""
+
+
 def fitting_entries(
-    entries: list[ArtifactEntry], machine: MachineTraits, dtype: str, weight_format: str
+    entries: list[ArtifactEntry], machine: MachineTraits, options: CompileOptions
 ) -> tuple[list[ArtifactEntry], list[str]]:
-    """The entries that run here, and one line per entry that does not, saying why."""
+    """The entries that run here built as `options` ask, and one line per entry that does
+    not, saying why. Entries are built with every option the index does not record at its
+    default, so options that differ from theirs (`CompileOptions.key_fields`, the fields
+    every artifact key is made of) fit no entry."""
+    unindexed = {
+        name: value
+        for name, value in options.key_fields().items()
+        if name not in (*INDEXED_OPTIONS, *RUN_TIME_OPTIONS)
+    }
     fits, reasons = [], []
     for entry in entries:
-        reason = why_not(entry, machine, dtype, weight_format)
+        reason = why_not(entry, machine, options.dtype, options.weight_format)
+        if reason is None and unindexed:
+            asked = ", ".join(f"{name} {value}" for name, value in unindexed.items())
+            reason = f"built with the default compile options, asked for {asked}"
         if reason is None:
             fits.append(entry)
         else:
@@ -118,13 +139,11 @@ def fitting_entries(
 
 
 def choose_entry(
-    signed: SignedIndex, model_id: str, machine: MachineTraits, dtype: str, weight_format: str
+    signed: SignedIndex, model_id: str, machine: MachineTraits, options: CompileOptions
 ) -> ArtifactEntry:
-    """The (last published) entry of `model_id` that fits; otherwise an error listing every
-    entry and why it does not fit."""
-    fits, reasons = fitting_entries(
-        signed.index.entries_of(model_id), machine, dtype, weight_format
-    )
+    """The (last published) entry of `model_id` that fits `options`; otherwise an error
+    listing every entry and why it does not fit."""
+    fits, reasons = fitting_entries(signed.index.entries_of(model_id), machine, options)
     if not fits:
         raise RegistryError(
             f"no prebuilt artifact of {model_id!r} fits this machine; the registry has:\n  "
@@ -134,12 +153,12 @@ def choose_entry(
 
 
 def pulled_fit(
-    model_id: str, machine: MachineTraits, dtype: str, weight_format: str
+    model_id: str, machine: MachineTraits, options: CompileOptions
 ) -> tuple[PulledModel | None, list[str]]:
-    """The newest pulled artifact of `model_id` that fits (no network), and why each other
-    pulled artifact does not."""
+    """The newest pulled artifact of `model_id` that fits `options` (no network), and why
+    each other pulled artifact does not."""
     pulled = [m for m in pulled_models(model_id) if m.artifact_dir is not None]
-    fits, reasons = fitting_entries([m.entry for m in pulled], machine, dtype, weight_format)
+    fits, reasons = fitting_entries([m.entry for m in pulled], machine, options)
     return next((m for m in pulled if m.entry in fits), None), reasons
 
 

@@ -20,10 +20,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_tvm.embedding.model_export import write_model_dir
-from vllm_tvm.embedding.native_build import HEADER, NATIVE_DIR, build_native
-from vllm_tvm.embedding.targets import HOST_TARGET, embed_target
-from vllm_tvm.entrypoints.llm import resolve_artifact
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.entrypoints.resolve import resolve_artifact
+from vllm_tvm.native_bundle.model_export import write_model_dir
+from vllm_tvm.native_bundle.native_build import HEADER, NATIVE_DIR, build_native
+from vllm_tvm.native_bundle.targets import HOST_TARGET, embed_target
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,8 @@ def write_embedding_bundle(
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"refusing to write into {dest}: it is not empty")
     build = build_native(built_target)
-    artifact = resolve_artifact(
-        model_path, "cpu", "float32", show_progress=False, target=built_target.compile_target
-    )
+    options = CompileOptions(model_path, built_target.compile_target, "float32")
+    artifact = resolve_artifact(options, show_progress=False)
     staging = dest.with_name(f".{dest.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     try:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vllm_tvm.kernels.cublaslt import EXTENSION_NAME as CUBLASLT_EXTENSION
-from vllm_tvm.kernels.cublaslt import load_cublaslt_extension
+from vllm_tvm.extensions.cublaslt import EXTENSION_NAME as CUBLASLT_EXTENSION
+from vllm_tvm.extensions.cublaslt import load_cublaslt_extension
 
 _LOADERS = {CUBLASLT_EXTENSION: load_cublaslt_extension}
 

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import sha256_of_file
-from vllm_tvm.embedding.release_layout import (
+from vllm_tvm.native_bundle.release_layout import (
     ELF_MACHINES,
     LANES,
     MANIFEST,
