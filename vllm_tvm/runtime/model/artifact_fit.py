@@ -3,7 +3,7 @@
 Why a module of its own: every runner (one device, tensor-parallel ranks, draft models and
 heads) loads an artifact, and each must refuse the same things by name before anything
 reaches the device: a library built for another device kind, state the runtime cannot
-hold yet, a `max_model_len` past the model's context limit (with the compiler's reason).
+run yet, a `max_model_len` past the model's context limit (with the compiler's reason).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from vllm_tvm.runtime.devices import target_kind_for
 
 def check_runs_on(manifest: Manifest, artifact_dir: Path, device: str) -> None:
     """Refuse an artifact built for another device kind than `device`, or one whose model
-    keeps recurrent state (hybrid models: not run by this runtime yet)."""
+    keeps recurrent state: the runtime holds the state pool (kv/recurrent_pool.py), but no
+    compiled forward takes it yet (the export contract of the slots and pools)."""
     if manifest.target_kind != target_kind_for(device):
         raise ArtifactError(
             f"artifact {artifact_dir} was built for target '{manifest.target}', "
@@ -26,8 +27,9 @@ def check_runs_on(manifest: Manifest, artifact_dir: Path, device: str) -> None:
     kinds = sorted({state.kind for state in manifest.runtime.recurrent_state})
     if kinds:
         raise ArtifactError(
-            f"artifact {artifact_dir} keeps recurrent state ({', '.join(kinds)}), which this "
-            "runtime does not support yet"
+            f"artifact {artifact_dir} keeps recurrent state ({', '.join(kinds)}); its compiled "
+            "forwards do not take the recurrent-state pool (slots and per-layer conv/SSM "
+            "pools), an export contract not supported yet"
         )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from vllm_tvm.artifacts.manifest import Manifest
 from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.kv.recurrent_pool import RecurrentStatePool
 from vllm_tvm.runtime.model.artifact_fit import fit_context_limit
 from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 
@@ -36,6 +37,8 @@ class Runner(ABC):
     max_model_len: int
     kv_config: KVCacheConfig
     kv_cache: PagedKVCache
+    recurrent_pool: RecurrentStatePool | None = None
+    """The recurrent-state pool of a hybrid model (`resize_recurrent_pool`); None: none."""
 
     def _settle_sizes(
         self,
@@ -79,6 +82,17 @@ class Runner(ABC):
         """
         self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
         self.kv_cache = self._new_kv_cache()
+
+    def resize_recurrent_pool(self, num_slots: int) -> None:
+        """Replace the recurrent-state pool by one of `num_slots` slots (0: no pool), sized
+        with the KV pool. The compiled forwards that take the pool (the slots of the batch
+        rows and every layer's pools, `RecurrentStatePool.forward_state`) are not exported
+        yet, which is why artifacts with recurrent state are still refused when loaded."""
+        self.recurrent_pool = (
+            RecurrentStatePool(self.spec.recurrent_state, num_slots, self.device)
+            if num_slots
+            else None
+        )
 
     @abstractmethod
     def _new_kv_cache(self) -> PagedKVCache:
