@@ -16,6 +16,8 @@ and their logits agree within 1e-4 too.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -23,16 +25,12 @@ import tvm
 from safetensors.numpy import load_file
 from tvm import relax
 
+from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT
 from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.compiler.recurrent_kernels import TargetRecurrentKernels
-from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM, hybrid_weight_sources
-from vllm_tvm.model_defs.qwen3_next_config import (
-    QWEN3_5,
-    QWEN3_5_MOE,
-    QWEN3_NEXT,
-    HybridConfig,
-    parse_hybrid_config,
-)
+from vllm_tvm.model_defs.architectures import DEFINITIONS
+from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
+from vllm_tvm.model_defs.qwen3_next_config import HybridConfig
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig, PagedKVCache
 
 TOLERANCE = 1e-4
@@ -61,6 +59,7 @@ EXPERTS = {
     "moe_intermediate_size": 32,
     "shared_expert_intermediate_size": 24,
 }
+HYBRID = DEFINITIONS["hybrid"]
 ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
 
 
@@ -101,14 +100,15 @@ class _Compiled:
 
     def __init__(self, config: HybridConfig, weights: dict[str, np.ndarray]) -> None:
         target = tvm.target.Target("llvm")
-        model = HybridForCausalLM(config, "float32", target, TargetRecurrentKernels(target))
+        model = HybridForCausalLM(config, "float32", target, kernels=TargetRecurrentKernels(target))
         mod, named_params = model.export_tvm(spec=model.export_spec())
         executable = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
         self.vm = relax.VirtualMachine(executable, tvm.cpu())
         self.config = config
         self.params = []
+        sources_of = HYBRID.sources_for(config)
         for name, param in named_params:
-            sources, axis = hybrid_weight_sources(config, name)
+            sources, axis = sources_of(name)
             array = np.concatenate([weights[source] for source in sources], axis=axis)
             self.params.append(tvm.runtime.tensor(array.reshape(param.shape).astype(np.float32)))
         self.kv_cache = PagedKVCache(
@@ -144,7 +144,7 @@ def models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     weights = load_file(directory / "model.safetensors")
     if hf.config.tie_word_embeddings:
         assert "lm_head.weight" not in weights
-    config = parse_hybrid_config(hf.config.to_dict(), request.param)
+    config = HYBRID.parse_config(json.loads((directory / "config.json").read_text()))
     return hf, _Compiled(config, weights)
 
 
@@ -193,3 +193,31 @@ def test_prefill_then_greedy_decode_matches_transformers(models) -> None:
     for pool in [*conv, *rec]:
         assert not pool.numpy()[1 - SLOT].any(), "the idle slot was written"
         assert pool.numpy()[SLOT].any()
+
+
+def test_a_multimodal_checkpoint_is_read_as_its_text_tower(tmp_path) -> None:
+    """Qwen3.5's multimodal checkpoint: the decoder's config is `text_config` (the head's
+    tie at the top level) and every decoder tensor is found under the text tower's prefix,
+    its shape what the definition wants; only the vision tower is left unread."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 1}
+    text = {**SHAPE, "rope_parameters": {**ROPE, "mrope_section": [1, 1, 0]}}
+    hf_config = Qwen3_5Config(
+        text_config=text, vision_config={**vision, "out_hidden_size": SHAPE["hidden_size"]}
+    )
+    Qwen3_5ForConditionalGeneration(hf_config).save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    config = HYBRID.parse_config(json.loads((tmp_path / "config.json").read_text()))
+    assert (config.decoder_architecture, config.tie_word_embeddings) == (QWEN3_5, False)
+    assert config.layer_types == tuple(SHAPE["layer_types"])
+    target = tvm.target.Target("llvm")
+    model = HybridForCausalLM(config, "float32", target, kernels=TargetRecurrentKernels(target))
+    sources_of = HYBRID.sources_for(config)
+    read = set()
+    for name, param in model.named_parameters():
+        sources, axis = sources_of(name)
+        arrays = [weights[source] for source in sources]
+        assert np.concatenate(arrays, axis=axis).size == np.prod(param.shape), name
+        read.update(sources)
+    assert {name for name in weights if not name.startswith("model.visual.")} == read

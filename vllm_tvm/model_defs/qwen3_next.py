@@ -30,6 +30,7 @@ from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache
 from tvm.target import Target
 
+from vllm_tvm.checkpoints.families.qwen3_next import checkpoint_name
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.config import FULL_ATTENTION
 from vllm_tvm.model_defs.gated_attention import GatedAttention, ZeroCentredRMSNorm
@@ -134,8 +135,9 @@ class HybridForCausalLM(PagedCausalLM):
         config: HybridConfig,
         dtype: str,
         target: Target,
-        kernels: RecurrentKernels,
         attention: str = "tir",
+        *,
+        kernels: RecurrentKernels,
     ) -> None:
         """`kernels`: the delta-rule and conv kernels built for `target` (by the compiler)."""
         super().__init__(config, dtype, target, attention)
@@ -232,10 +234,11 @@ class HybridForCausalLM(PagedCausalLM):
 
 def hybrid_weight_sources(config: HybridConfig, param_name: str) -> tuple[list[str], int]:
     """Checkpoint tensors whose concatenation along axis 0 is `param_name`: Qwen3.5's split
-    Gated DeltaNet projections, then the MoE and llama-family fusions (q/k/v, gate/up,
-    stacked experts)."""
+    Gated DeltaNet projections, else the MoE and llama-family fusions (q/k/v, gate/up,
+    stacked experts); a multimodal checkpoint's decoder under its text-tower prefix."""
+    sources, axis = [param_name], 0
     if ProjectionLayout(config.projection_layout) is ProjectionLayout.CONCATENATED:
         sources, axis = split_projection_sources(param_name)
-        if sources != [param_name]:
-            return sources, axis
-    return moe_weight_sources(config, param_name)
+    if sources == [param_name]:
+        sources, axis = moe_weight_sources(config, param_name)
+    return [checkpoint_name(config.architecture, source) for source in sources], axis

@@ -13,6 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_tvm.checkpoints.families.qwen3_next import (
+    QWEN3_5,
+    QWEN3_5_MOE,
+    QWEN3_NEXT,
+    decoder_architecture,
+    decoder_config,
+)
 from vllm_tvm.model_defs.config import FULL_ATTENTION, ModelConfigError
 from vllm_tvm.model_defs.gated_attention import GatedAttentionOptions
 from vllm_tvm.model_defs.gated_delta_net import GatedDeltaNetOptions, ProjectionLayout
@@ -22,9 +29,6 @@ LINEAR_ATTENTION = "linear_attention"
 DEFAULT_FULL_ATTENTION_INTERVAL = 4
 """transformers' default: every fourth layer is full attention."""
 DEFAULT_PARTIAL_ROTARY_FACTOR = 0.25
-QWEN3_NEXT = "Qwen3NextForCausalLM"
-QWEN3_5 = "Qwen3_5ForCausalLM"
-QWEN3_5_MOE = "Qwen3_5MoeForCausalLM"
 PROJECTION_LAYOUTS = {
     QWEN3_NEXT: ProjectionLayout.GROUPED,
     QWEN3_5: ProjectionLayout.CONCATENATED,
@@ -44,6 +48,11 @@ class HybridConfig(MoEConfig):
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 4
     projection_layout: str = ProjectionLayout.GROUPED.value
+
+    @property
+    def decoder_architecture(self) -> str:
+        """The causal-LM architecture of the decoder (a multimodal checkpoint's text tower)."""
+        return decoder_architecture(self.architecture)
 
     @property
     def full_layers(self) -> tuple[int, ...]:
@@ -120,10 +129,17 @@ def _rope(config: dict[str, Any]) -> tuple[float, float]:
     return float(rope["rope_theta"]), float(factor or DEFAULT_PARTIAL_ROTARY_FACTOR)
 
 
-def parse_hybrid_config(config: dict[str, Any], architecture: str) -> HybridConfig:
-    """Validate a hybrid text config of `architecture` (a key of PROJECTION_LAYOUTS)."""
+def parse_hybrid_config(config: dict[str, Any], max_model_len: int | None = None) -> HybridConfig:
+    """Validate the HF config of a hybrid checkpoint (a causal LM, or a multimodal one whose
+    decoder is read) and normalise it; `max_model_len` does not change it (default RoPE)."""
+    del max_model_len
+    checkpoint_architecture = config["architectures"][0]
+    architecture = decoder_architecture(checkpoint_architecture)
     if architecture not in PROJECTION_LAYOUTS:
-        raise ModelConfigError(f"{architecture} is not a Gated DeltaNet hybrid architecture")
+        raise ModelConfigError(
+            f"{checkpoint_architecture} is not a Gated DeltaNet hybrid architecture"
+        )
+    config = decoder_config(config)
     if config.get("hidden_act", "silu") != "silu":
         raise ModelConfigError(
             f"{architecture} with hidden_act {config['hidden_act']!r}: only silu"
@@ -139,7 +155,7 @@ def parse_hybrid_config(config: dict[str, Any], architecture: str) -> HybridConf
             f"{experts}"
         )
     return HybridConfig(
-        architecture=architecture,
+        architecture=checkpoint_architecture,
         vocab_size=int(config["vocab_size"]),
         hidden_size=int(config["hidden_size"]),
         intermediate_size=int(config.get("intermediate_size") or 0),
