@@ -162,6 +162,12 @@ class HybridForCausalLM(PagedCausalLM):
         """The KV cache holds the full-attention layers only."""
         return {"attn_kind": ["mha"] * len(self.config.full_layers)}
 
+    def state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """One sequence's conv and recurrent state in one Gated DeltaNet layer (STATE_DTYPE,
+        whatever the model dtype): a pool slot of each of its two pools."""
+        options = self.config.delta_net_options()
+        return options.conv_state_shape(1)[1:], options.recurrent_state_shape(1)[1:]
+
     def prefill(  # type: ignore[override]
         self,
         input_embed: Tensor,
