@@ -8,7 +8,8 @@ projections, every layer routed), each on tiny random weights written by `save_p
 alternate linear / full attention, so the second full layer is KV-cache layer 1 and the
 second Gated DeltaNet layer is pool 1. Ours is compiled once per architecture for this CPU
 and driven directly: the paged KV cache from its `create_kv_cache`, the state pools made
-here, the sequence's state at slot 1 of two (slot 0 must stay zero). A 70-token prompt
+here as [slots, row] and updated in place (the forward's returned pools are not used), the
+sequence's state at slot 1 of two (slot 0 must stay zero). A 70-token prompt
 (longer than a 64-token chunk) gives logits at every position within 1e-4 of
 transformers'; then greedy decode steps equal transformers' argmax over the grown sequence
 and their logits agree within 1e-4 too.
@@ -105,6 +106,7 @@ class _Compiled:
         executable = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
         self.vm = relax.VirtualMachine(executable, tvm.cpu())
         self.config = config
+        self.model = model
         self.params = []
         sources_of = HYBRID.sources_for(config)
         for name, param in named_params:
@@ -117,13 +119,10 @@ class _Compiled:
         )
 
     def pools(self) -> tuple[list, list]:
-        """Zero conv and recurrent pools of POOL_SLOTS slots, one each per linear layer."""
-        options = self.config.delta_net_options()
+        """Zero conv and recurrent pools [POOL_SLOTS, row], one each per linear layer."""
         layers = len(self.config.linear_layers)
-        conv = [np.zeros(options.conv_state_shape(POOL_SLOTS), np.float32) for _ in range(layers)]
-        rec = [
-            np.zeros(options.recurrent_state_shape(POOL_SLOTS), np.float32) for _ in range(layers)
-        ]
+        rows = [int(np.prod(shape)) for shape in self.model.state_shapes()]
+        conv, rec = ([np.zeros((POOL_SLOTS, row), np.float32)] * layers for row in rows)
         return [tvm.runtime.tensor(a) for a in conv], [tvm.runtime.tensor(a) for a in rec]
 
     def embed(self, token_ids: list[int]) -> tvm.runtime.Tensor:
@@ -162,7 +161,7 @@ def test_prefill_then_greedy_decode_matches_transformers(models) -> None:
     kv.add_sequence(0)
     try:
         kv.begin_forward([0], [PROMPT_LENGTH])
-        logits, _, conv, rec = ours.vm["prefill"](
+        logits, *_ = ours.vm["prefill"](
             ours.embed(prompt),
             _int32(list(range(PROMPT_LENGTH))),
             kv.handle,
@@ -179,7 +178,7 @@ def test_prefill_then_greedy_decode_matches_transformers(models) -> None:
         for _ in range(DECODE_STEPS):
             tokens.append(int(np.argmax(steps[-1] if steps else prefill[-1])))
             kv.begin_forward([0], [1])
-            logits, _, conv, rec = ours.vm["decode"](
+            logits, *_ = ours.vm["decode"](
                 ours.embed(tokens[-1:]), kv.handle, _int32([SLOT]), conv, rec, ours.params
             )
             kv.end_forward()
@@ -190,7 +189,7 @@ def test_prefill_then_greedy_decode_matches_transformers(models) -> None:
     np.testing.assert_allclose(prefill, want[:PROMPT_LENGTH], atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(np.stack(steps), want[PROMPT_LENGTH:], atol=TOLERANCE, rtol=0)
     assert tokens[PROMPT_LENGTH:] == [int(t) for t in want[PROMPT_LENGTH - 1 : -1].argmax(-1)]
-    for pool in [*conv, *rec]:
+    for pool in [*conv, *rec]:  # the pools handed in, updated in place
         assert not pool.numpy()[1 - SLOT].any(), "the idle slot was written"
         assert pool.numpy()[SLOT].any()
 

@@ -10,9 +10,10 @@ final norms are zero-centred RMSNorms. HF names are kept throughout (`model.laye
 The exported contract extends the paged one (causal_lm.py) by the recurrent state: beside
 the KV cache (which holds the full-attention layers only, KV layer j being the j-th full
 layer) `prefill` and `decode` take `slots` (the state slot of each sequence of the call)
-and two tuples of pools, one conv pool and one recurrent pool per Gated DeltaNet layer
-(shapes: GatedDeltaNetOptions.conv_state_shape / recurrent_state_shape), which the layers
-update in place at those slots and which come back as outputs:
+and two tuples of pools, one conv pool and one recurrent pool per Gated DeltaNet layer,
+which the layers update in place at those slots and which come back as outputs. A pool is
+[pool_slots, row], one sequence's state a contiguous row of `state_shapes()` (what the
+runtime spec's bytes size), seen inside as the layer's [pool_slots, *shape] (a view):
 
 - `prefill(input_embed [1, n, H], logit_positions, kv_cache, seq_starts [b + 1], slots [b],
   conv_states, recurrent_states) -> (logits, kv_cache, conv_states, recurrent_states)`;
@@ -23,6 +24,7 @@ Weights: `hybrid_weight_sources` names the checkpoint tensors each parameter con
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tvm.relax.frontend import nn
@@ -63,15 +65,20 @@ class RecurrentBatch:
         self.recurrent = list(recurrent)
 
     def mix(self, layer: GatedDeltaNet, index: int, hidden: Tensor) -> Tensor:
-        """Run Gated DeltaNet layer number `index` (among those layers), keeping its pools."""
-        conv, recurrent = self.conv[index], self.recurrent[index]
+        """Run Gated DeltaNet layer number `index` (among those layers) over its pools, seen
+        in the layer's state shapes (a view: a slot's row is contiguous)."""
+        flat_conv, flat_recurrent = self.conv[index], self.recurrent[index]
+        slots = flat_conv.shape[0]
+        conv = op.reshape(flat_conv, layer.options.conv_state_shape(slots))
+        recurrent = op.reshape(flat_recurrent, layer.options.recurrent_state_shape(slots))
         if self.seq_starts is None:
             out, conv, recurrent = layer.decode(hidden, self.slots, conv, recurrent)
         else:
             out, conv, recurrent = layer.prefill(
                 hidden, self.seq_starts, self.slots, conv, recurrent
             )
-        self.conv[index], self.recurrent[index] = conv, recurrent
+        self.conv[index] = op.reshape(conv, flat_conv.shape)
+        self.recurrent[index] = op.reshape(recurrent, flat_recurrent.shape)
         return out
 
 
@@ -209,11 +216,13 @@ class HybridForCausalLM(PagedCausalLM):
         return self.decode(input_embed, kv_cache, slots, conv_states, recurrent_states)
 
     def _pool_specs(self, batch: int | str) -> dict[str, Any]:
-        """`slots` of a call of `batch` sequences and the pools of every Gated DeltaNet layer."""
-        options = self.config.delta_net_options()
+        """`slots` of a call of `batch` sequences and every Gated DeltaNet layer's pools, each
+        [pool_slots, row]: one sequence's state a contiguous row (the runtime spec's bytes)."""
         layers = len(self.config.linear_layers)
-        conv = nn.spec.Tensor(list(options.conv_state_shape("pool_slots")), STATE_DTYPE)
-        recurrent = nn.spec.Tensor(list(options.recurrent_state_shape("pool_slots")), STATE_DTYPE)
+        conv, recurrent = (
+            nn.spec.Tensor(["pool_slots", math.prod(shape)], STATE_DTYPE)
+            for shape in self.state_shapes()
+        )
         return {
             "slots": nn.spec.Tensor([batch], "int32"),
             "conv_states": [conv] * layers,
