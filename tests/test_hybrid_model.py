@@ -12,7 +12,9 @@ here as [slots, row] and updated in place (the forward's returned pools are not 
 sequence's state at slot 1 of two (slot 0 must stay zero). A 70-token prompt
 (longer than a 64-token chunk) gives logits at every position within 1e-4 of
 transformers'; then greedy decode steps equal transformers' argmax over the grown sequence
-and their logits agree within 1e-4 too.
+and their logits agree within 1e-4 too (through `decode_single`). A ragged batch of two
+sequences, one prompt split over two calls, then batched `decode`, equals transformers on
+each sequence alone.
 """
 
 from __future__ import annotations
@@ -118,16 +120,17 @@ class _Compiled:
             KVCacheConfig(max_batch_size=2, max_total_seq_len=256, prefill_chunk_size=128),
         )
 
-    def pools(self) -> tuple[list, list]:
-        """Zero conv and recurrent pools [POOL_SLOTS, row], one each per linear layer."""
+    def pools(self, slots: int = POOL_SLOTS) -> tuple[list, list]:
+        """Zero conv and recurrent pools [slots, row], one each per linear layer."""
         layers = len(self.config.linear_layers)
         rows = [int(np.prod(shape)) for shape in self.model.state_shapes()]
-        conv, rec = ([np.zeros((POOL_SLOTS, row), np.float32)] * layers for row in rows)
+        conv, rec = ([np.zeros((slots, row), np.float32)] * layers for row in rows)
         return [tvm.runtime.tensor(a) for a in conv], [tvm.runtime.tensor(a) for a in rec]
 
-    def embed(self, token_ids: list[int]) -> tvm.runtime.Tensor:
+    def embed(self, token_ids: list[int], one_each: bool = False) -> tvm.runtime.Tensor:
+        """Embeddings [1, n, H] of a ragged prefill, or [n, 1, H] (`one_each`) of a decode."""
         rows = self.vm["embed"](tvm.runtime.tensor(np.array(token_ids, np.int32)), self.params)
-        return tvm.runtime.tensor(rows.numpy()[None])
+        return tvm.runtime.tensor(rows.numpy()[:, None] if one_each else rows.numpy()[None])
 
 
 def _int32(values: list[int]) -> tvm.runtime.Tensor:
@@ -178,7 +181,7 @@ def test_prefill_then_greedy_decode_matches_transformers(models) -> None:
         for _ in range(DECODE_STEPS):
             tokens.append(int(np.argmax(steps[-1] if steps else prefill[-1])))
             kv.begin_forward([0], [1])
-            logits, *_ = ours.vm["decode"](
+            logits, *_ = ours.vm["decode_single"](
                 ours.embed(tokens[-1:]), kv.handle, _int32([SLOT]), conv, rec, ours.params
             )
             kv.end_forward()
@@ -220,3 +223,58 @@ def test_a_multimodal_checkpoint_is_read_as_its_text_tower(tmp_path) -> None:
         assert np.concatenate(arrays, axis=axis).size == np.prod(param.shape), name
         read.update(sources)
     assert {name for name in weights if not name.startswith("model.visual.")} == read
+
+
+def test_a_ragged_batch_in_two_chunks_then_batched_decode_matches_transformers(models) -> None:
+    """Two sequences at slots 2 and 0 of three: the first call carries the short prompt
+    whole and the long one's first 40 tokens, the second call the long one's rest (its
+    state and KV carried over), then both decode together; each sequence's logits equal
+    transformers' on it alone."""
+    hf, ours = models
+    rng = np.random.default_rng(1)
+    lengths, first_chunk, slots = [PROMPT_LENGTH, 9], 40, [2, 0]
+    prompts = [rng.integers(0, SHAPE["vocab_size"], n).tolist() for n in lengths]
+    conv, rec = ours.pools(3)
+    kv = ours.kv_cache
+
+    def prefill(seq_ids: list[int], chunks: list[list[int]]) -> np.ndarray:
+        sizes = [len(chunk) for chunk in chunks]
+        kv.begin_forward(seq_ids, sizes)
+        logits, *_ = ours.vm["prefill"](
+            ours.embed([t for chunk in chunks for t in chunk]),
+            _int32(list(range(sum(sizes)))),
+            kv.handle,
+            _int32([0, *np.cumsum(sizes).tolist()]),
+            _int32([slots[i] for i in seq_ids]),
+            conv,
+            rec,
+            ours.params,
+        )
+        kv.end_forward()
+        return logits.numpy()[0]
+
+    for seq_id in (0, 1):
+        kv.add_sequence(seq_id)
+    try:
+        first = prefill([0, 1], [prompts[0][:first_chunk], prompts[1]])
+        second = prefill([0], [prompts[0][first_chunk:]])
+        got = [np.concatenate([first[:first_chunk], second]), first[first_chunk:]]
+        tokens = [list(prompt) for prompt in prompts]
+        for _ in range(DECODE_STEPS):
+            for seq_tokens, seq_logits in zip(tokens, got, strict=True):
+                seq_tokens.append(int(np.argmax(seq_logits[-1])))
+            kv.begin_forward([0, 1], [1, 1])
+            logits, *_ = ours.vm["decode"](
+                ours.embed([t[-1] for t in tokens], one_each=True),
+                kv.handle,
+                _int32(slots),
+                conv,
+                rec,
+                ours.params,
+            )
+            kv.end_forward()
+            got = [np.concatenate([g, logits.numpy()[b]]) for b, g in enumerate(got)]
+    finally:
+        kv.clear()
+    for seq_tokens, seq_logits in zip(tokens, got, strict=True):
+        np.testing.assert_allclose(seq_logits, _hf_logits(hf, seq_tokens), atol=TOLERANCE, rtol=0)
