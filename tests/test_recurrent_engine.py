@@ -61,11 +61,13 @@ class HybridNullRunner(NullRunner):
         self.engine: LLMEngine | None = None
         self.rows_checked = 0
 
-    def _advance(self, kv_ids: Sequence[int], lengths: Sequence[int]) -> None:
+    def _advance(
+        self, kv_ids: Sequence[int], lengths: Sequence[int], slots: Sequence[int] | None
+    ) -> None:
         assert self.engine is not None and self.recurrent_pool is not None
         by_kv = {seq.kv_id: seq for seq in self.engine.scheduler.running}
-        slots = [by_kv[kv_id].recurrent_slot for kv_id in kv_ids]
-        state = self.recurrent_pool.forward_state(slots)  # type: ignore[arg-type]  # distinct
+        assert slots == [by_kv[kv_id].recurrent_slot for kv_id in kv_ids]  # the rows' own
+        state = self.recurrent_pool.forward_state(slots)
         for kv_id, slot, length in zip(kv_ids, state.slots.numpy(), lengths, strict=True):
             seq = by_kv[kv_id]
             for pool in state.conv_pools:  # values 0, 1 of a row: (seq_id, tokens folded in)
@@ -83,12 +85,18 @@ class HybridNullRunner(NullRunner):
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
+        recurrent_slots: Sequence[int] | None = None,
     ) -> DeviceLogits:
-        self._advance(seq_ids, [len(chunk) for chunk in chunks])
+        self._advance(seq_ids, [len(chunk) for chunk in chunks], recurrent_slots)
         return super().prefill_logits(seq_ids, chunks, logit_positions)
 
-    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
-        self._advance(seq_ids, [1] * len(seq_ids))
+    def decode_logits(
+        self,
+        seq_ids: Sequence[int],
+        token_ids: Sequence[int],
+        recurrent_slots: Sequence[int] | None = None,
+    ) -> DeviceLogits:
+        self._advance(seq_ids, [1] * len(seq_ids), recurrent_slots)
         return super().decode_logits(seq_ids, token_ids)
 
 

@@ -102,10 +102,25 @@ def test_the_runner_sizes_its_pool_from_its_spec_on_its_device(make_llm) -> None
     assert runner.recurrent_pool is None
 
 
-def test_an_artifact_with_recurrent_state_is_refused_naming_the_missing_export_contract() -> None:
+def test_an_artifact_with_recurrent_state_runs_on_one_device_not_tensor_parallel() -> None:
     spec = RuntimeSpec(8, 4, 1, 64, attention=(), recurrent_state=STATES)
     manifest = SimpleNamespace(target_kind=target_kind_for("cpu"), target="llvm", runtime=spec)
+    check_runs_on(manifest, Path("tiny"), "cpu")  # type: ignore[arg-type]
     with pytest.raises(
-        ArtifactError, match=r"recurrent state \(gated_delta_net\).*export contract"
+        ArtifactError, match=r"recurrent state \(gated_delta_net\).*tensor-parallel runner"
     ):
-        check_runs_on(manifest, Path("tiny"), "cpu")  # type: ignore[arg-type]
+        check_runs_on(manifest, Path("tiny"), "cpu", runs_recurrent_state=False)  # type: ignore[arg-type]
+
+
+def test_the_pool_holds_the_pools_a_forward_returned() -> None:
+    pool = RecurrentStatePool(STATES, 2, tvm.cpu())
+    returned = [
+        [tvm.runtime.empty(tuple(p.shape), "float32") for p in pools]
+        for pools in (pool.conv_pools, pool.ssm_pools)
+    ]
+    pool.take_back(*returned)
+    state = pool.forward_state([1])
+    assert all(p.same_as(q) for p, q in zip(state.conv_pools, returned[0], strict=True))
+    assert all(p.same_as(q) for p, q in zip(state.ssm_pools, returned[1], strict=True))
+    with pytest.raises(ValueError, match="different number of state pools"):
+        pool.take_back(returned[0][:1], returned[1])

@@ -39,14 +39,16 @@ class ModelFamily:
     """(HF config, max_model_len=None) -> the parsed config for an engine of that context
     (None: the checkpoint's; only longrope's factor set depends on it, rope_scaling.py)."""
     build_model: Callable[..., nn.Module]
-    """(config, dtype, target, attention='tir') -> the exportable model (`hybrid` also takes
-    `kernels=`, the compiler's RecurrentKernels for the target; the compiler does not pass
-    them yet, so the hybrid architectures stay refused: checkpoints/families/qwen3_next.py)."""
+    """(config, dtype, target, attention='tir') -> the exportable model (a family with
+    `recurrent` set also takes `kernels=`, the compiler's RecurrentKernels for the target)."""
     weight_sources: WeightSources
     config_weight_sources: Callable[[Any, str], tuple[list[str], int]] | None = None
     """(parsed config, name) -> sources, for families whose names depend on the config
     (the expert count of a stacked expert projection); when set it replaces
     `weight_sources`."""
+    recurrent: bool = False
+    """Whether the model has recurrent layers, whose kernels the compiler hands `build_model`
+    (model definitions never import schedules)."""
 
     def sources_for(self, config: ConfigRecord) -> WeightSources:
         """The checkpoint tensors of each parameter of a model built from `config`."""
@@ -128,6 +130,7 @@ _HYBRID_FAMILY = ModelFamily(
     build_model=qwen3_next.HybridForCausalLM,
     weight_sources=llama.fused_weight_sources,
     config_weight_sources=qwen3_next.hybrid_weight_sources,
+    recurrent=True,
 )
 
 DEFINITIONS: dict[str, ModelFamily] = {

@@ -97,6 +97,13 @@ class RecurrentStatePool:
         on_device = tvm.runtime.tensor(np.asarray(slots, dtype=np.int32), self.device)
         return RecurrentForwardState(on_device, list(self.conv_pools), list(self.ssm_pools))
 
+    def take_back(self, conv_pools: Sequence[Any], ssm_pools: Sequence[Any]) -> None:
+        """Hold the pools a compiled forward returned: Relax updates its arguments in place
+        but only promises the returned values, so those are the pools from now on."""
+        if (len(conv_pools), len(ssm_pools)) != (len(self.conv_pools), len(self.ssm_pools)):
+            raise ValueError("a forward returned a different number of state pools")
+        self.conv_pools, self.ssm_pools = list(conv_pools), list(ssm_pools)
+
     @staticmethod
     def views(pools: Sequence[Any], slot_shape: tuple[int, ...]) -> list[Any]:
         """`pools` seen as `[slots, *slot_shape]` (the layer's own state shape)."""

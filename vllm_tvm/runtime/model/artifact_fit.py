@@ -15,21 +15,22 @@ from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.runtime.devices import target_kind_for
 
 
-def check_runs_on(manifest: Manifest, artifact_dir: Path, device: str) -> None:
+def check_runs_on(
+    manifest: Manifest, artifact_dir: Path, device: str, runs_recurrent_state: bool = True
+) -> None:
     """Refuse an artifact built for another device kind than `device`, or one whose model
-    keeps recurrent state: the runtime holds the state pool (kv/recurrent_pool.py), but no
-    compiled forward takes it yet (the export contract of the slots and pools)."""
+    keeps recurrent state when the runner cannot hand its forwards the state pool
+    (`runs_recurrent_state` False: the tensor-parallel runner's)."""
     if manifest.target_kind != target_kind_for(device):
         raise ArtifactError(
             f"artifact {artifact_dir} was built for target '{manifest.target}', "
             f"which cannot run on device '{device}'"
         )
     kinds = sorted({state.kind for state in manifest.runtime.recurrent_state})
-    if kinds:
+    if kinds and not runs_recurrent_state:
         raise ArtifactError(
-            f"artifact {artifact_dir} keeps recurrent state ({', '.join(kinds)}); its compiled "
-            "forwards do not take the recurrent-state pool (slots and per-layer conv/SSM "
-            "pools), an export contract not supported yet"
+            f"artifact {artifact_dir} keeps recurrent state ({', '.join(kinds)}); the "
+            "tensor-parallel runner does not hand its forwards the recurrent-state pool"
         )
 
 

@@ -85,9 +85,7 @@ class Runner(ABC):
 
     def resize_recurrent_pool(self, num_slots: int) -> None:
         """Replace the recurrent-state pool by one of `num_slots` slots (0: no pool), sized
-        with the KV pool. The compiled forwards that take the pool (the slots of the batch
-        rows and every layer's pools, `RecurrentStatePool.forward_state`) are not exported
-        yet, which is why artifacts with recurrent state are still refused when loaded."""
+        with the KV pool."""
         self.recurrent_pool = (
             RecurrentStatePool(self.spec.recurrent_state, num_slots, self.device)
             if num_slots
@@ -104,17 +102,25 @@ class Runner(ABC):
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
+        recurrent_slots: Sequence[int] | None = None,
     ) -> DeviceLogits:
         """Append each chunk to its sequence in one ragged forward; the fp32 logits rows
-        [len(logit_positions), vocab] (default: each chunk's last token).
+        [len(logit_positions), vocab] (default: each chunk's last token). A model with
+        recurrent state reads and writes sequence i's state at `recurrent_slots[i]`.
 
         The total length must fit the cache's prefill chunk size; the scheduler splits
         longer work into several calls.
         """
 
     @abstractmethod
-    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
-        """One new token per sequence; the logits [batch, vocab] after it."""
+    def decode_logits(
+        self,
+        seq_ids: Sequence[int],
+        token_ids: Sequence[int],
+        recurrent_slots: Sequence[int] | None = None,
+    ) -> DeviceLogits:
+        """One new token per sequence; the logits [batch, vocab] after it (`recurrent_slots`
+        as in `prefill_logits`)."""
 
     def prefill(
         self,
