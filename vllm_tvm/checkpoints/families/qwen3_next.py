@@ -2,11 +2,9 @@
 attention and gated full attention (model_defs/qwen3_next.py), and the text towers of the
 multimodal Qwen3.5 / Qwen3.6 checkpoints.
 
-Refused by name for now: the model definition runs them (tests/test_hybrid_model.py), but
-an engine needs the recurrent-state pool beside the paged KV cache and the compiled
-functions' slot and pool arguments wired through the compiler and runtime; until then a
-checkpoint of these architectures must fail before a compile rather than run without its
-state. Serving them is moving `HYBRID_ARCHITECTURES` from `refused` to `architectures`.
+Served through the recurrent-state pool beside the paged KV cache (runtime/kv/
+recurrent_pool.py), whose slots and pools the runner hands the compiled forwards
+(tests/test_hybrid_engine.py: greedy tokens equal transformers').
 """
 
 from __future__ import annotations
@@ -27,10 +25,6 @@ TEXT_TOWER_PREFIX); the vision tower is never read and image input stays refused
 TEXT_TOWER_PREFIX = "model.language_model."
 DECODER_PREFIX = "model."
 HYBRID_ARCHITECTURES = (QWEN3_NEXT, QWEN3_5, QWEN3_5_MOE, *TEXT_TOWERS)
-NOT_WIRED = (
-    "serving a Gated DeltaNet hybrid (the model definition exists; the runtime's "
-    "recurrent-state pool and the compiled slot/pool arguments are not wired yet)"
-)
 
 
 def decoder_architecture(architecture: str) -> str:
@@ -62,8 +56,7 @@ def checkpoint_name(architecture: str, param_name: str) -> str:
 FAMILIES = (
     FamilySpec(
         name="qwen3-next",
-        architectures=(),
+        architectures=HYBRID_ARCHITECTURES,
         definition="hybrid",
-        refused=dict.fromkeys(HYBRID_ARCHITECTURES, NOT_WIRED),
     ),
 )
