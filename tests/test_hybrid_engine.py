@@ -19,7 +19,7 @@ import torch
 from engine_helpers import assert_all_blocks_free
 from hybrid_checkpoints import SHAPE, hf_hybrid_model
 
-from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_NEXT
+from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
@@ -29,7 +29,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
 ENGINE = {"device": "cpu", "show_progress": False, "skip_tokenizer_init": True}
 
 
-@pytest.fixture(scope="module", params=[QWEN3_5, QWEN3_NEXT])
+@pytest.fixture(scope="module", params=[QWEN3_5, QWEN3_NEXT, QWEN3_5_MOE])
 def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """(checkpoint dir, prompts, transformers' greedy continuations) per architecture."""
     hf = hf_hybrid_model(request.param)
