@@ -38,6 +38,7 @@ from typing import Any, get_args
 
 import numpy as np
 
+from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.runtime.engine import llm_engine
 from vllm_tvm.runtime.engine.args import default_of
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
@@ -105,6 +106,7 @@ class NullRunner:
         self.argmax_once = argmax_once
         self._argmax_once: dict[int, np.ndarray] = {}
         self.vocab_size = vocab_size
+        self.spec = RuntimeSpec(vocab_size, 1, 1, kv_config.max_total_seq_len, attention=())
         self.kv_config = kv_config
         self.kv_cache = NullKVCache()
         self.logits = np.random.default_rng(0).standard_normal((max_rows, vocab_size), np.float32)

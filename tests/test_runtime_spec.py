@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import tvm
 from engine_helpers import GREEDY, prompts_of_lengths, token_ids
 
 from vllm_tvm.artifacts import manifest as manifest_module
@@ -22,6 +23,7 @@ from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import MANIFEST_NAME, ArtifactError, read_manifest
 from vllm_tvm.artifacts.runtime_spec import (
     FULL_ATTENTION,
+    GATED_DELTA_NET,
     LATENT_ATTENTION,
     RAGGED_LATENT,
     RAGGED_PREFILL,
@@ -29,6 +31,9 @@ from vllm_tvm.artifacts.runtime_spec import (
 )
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.export import export_model
+from vllm_tvm.compiler.recurrent_kernels import TargetRecurrentKernels
+from vllm_tvm.compiler.runtime_spec import runtime_spec_for
+from vllm_tvm.model_defs.architectures import DEFINITIONS
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.builder import load_engine_parts
 from vllm_tvm.runtime.weights.load_format import DUMMY
@@ -85,6 +90,54 @@ def test_a_latent_attention_model_caches_one_latent_per_token_and_caps_its_batch
     assert spec.kv_bytes_per_token == hf["num_hidden_layers"] * width * FLOAT32_BYTES
     assert spec.max_num_seqs == 31 and "32+ sequences" in spec.max_num_seqs_reason
     assert spec.ragged_dispatch == RAGGED_LATENT
+
+
+HYBRID_CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "vocab_size": 96,
+    "hidden_size": 48,
+    "intermediate_size": 64,
+    "num_hidden_layers": 6,
+    "full_attention_interval": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "num_experts": 0,
+}
+"""A Qwen3-Next config: layers 2 and 5 full attention, the other four Gated DeltaNet."""
+
+
+def test_a_hybrid_models_spec_holds_its_recurrent_state_per_linear_layer() -> None:
+    """Per sequence and linear layer: K - 1 conv inputs of q, k and v, and one fp32
+    [k_dim, v_dim] state per value head (whatever the model dtype); the KV cache holds the
+    full layers only; blocks are not shared (they carry no recurrent state)."""
+    hf = HYBRID_CONFIG
+    family = DEFINITIONS["hybrid"]
+    target = tvm.target.Target("llvm")
+    config = family.parse_config(hf)
+    model = family.build_model(config, "bfloat16", target, kernels=TargetRecurrentKernels(target))
+    spec = runtime_spec_for(model, config, "bfloat16", ["prefill", "decode", "decode_single"])
+    conv_channels = (
+        2 * hf["linear_num_key_heads"] * hf["linear_key_head_dim"]
+        + hf["linear_num_value_heads"] * hf["linear_value_head_dim"]
+    )
+    (state,) = spec.recurrent_state
+    assert (state.kind, state.layers) == (GATED_DELTA_NET, 4)
+    assert state.conv_state_bytes == (hf["linear_conv_kernel_dim"] - 1) * conv_channels * 4
+    assert state.ssm_state_bytes == (
+        hf["linear_num_value_heads"] * hf["linear_key_head_dim"] * hf["linear_value_head_dim"] * 4
+    )
+    (full,) = spec.attention
+    assert (full.kind, full.layers) == (FULL_ATTENTION, 2)
+    assert full.kv_bytes_per_token == 2 * 2 * hf["num_key_value_heads"] * hf["head_dim"] * 2
+    assert spec.num_layers == hf["num_hidden_layers"] and not spec.prefix_caching
 
 
 def test_a_manifest_of_an_older_schema_is_refused_by_name(tmp_path: Path) -> None:

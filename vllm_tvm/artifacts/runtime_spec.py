@@ -45,12 +45,17 @@ class AttentionLayerSpec:
     """Tokens a sliding layer attends to (None: the whole context)."""
 
 
+GATED_DELTA_NET = "gated_delta_net"
+"""Recurrent state kind: per layer a causal-conv state and a delta-rule state, both fp32."""
+
+
 @dataclass(frozen=True)
 class RecurrentStateSpec:
     """The per-sequence state of recurrent layers (gated delta net: a convolution state and
     an SSM state per linear-attention layer), which lives outside the paged KV cache."""
 
     kind: str
+    """GATED_DELTA_NET."""
     layers: int
     conv_state_bytes: int
     """Device bytes of one sequence's convolution state in one layer."""

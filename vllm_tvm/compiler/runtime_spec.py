@@ -9,11 +9,13 @@ keys.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
 from vllm_tvm.artifacts.runtime_spec import (
     FULL_ATTENTION,
+    GATED_DELTA_NET,
     LATENT_ATTENTION,
     PAGED_KV,
     PAGED_LATENT,
@@ -23,10 +25,13 @@ from vllm_tvm.artifacts.runtime_spec import (
     AttentionLayerSpec,
     DraftHeadSpec,
     HiddenStatesSpec,
+    RecurrentStateSpec,
     RuntimeSpec,
 )
 from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES, HIDDEN_STATES_FUNCTION
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
+from vllm_tvm.model_defs.gated_delta_net import STATE_DTYPE
+from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -53,17 +58,20 @@ def runtime_spec_for(
     latent = attention[0].kind == LATENT_ATTENTION
     window = getattr(config, "sliding_window", None)
     sliding = any(layers.kind == SLIDING_ATTENTION for layers in attention)
+    recurrent = _recurrent_state(model)
     return RuntimeSpec(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
         num_layers=config.num_hidden_layers,
         context_limit=config.max_position_embeddings,
         attention=attention,
+        recurrent_state=recurrent,
         context_limit_reason=_context_limit_reason(config),
         prefill_chunk_limit=window if sliding else None,
         max_num_seqs=MLA_MAX_NUM_SEQS if latent else None,
         max_num_seqs_reason=MLA_BATCH_REASON if latent else "",
-        prefix_caching=not sliding,
+        # A shared block holds keys and values but not the recurrent state after it.
+        prefix_caching=not sliding and not recurrent,
         ragged_dispatch=RAGGED_LATENT if "extend" in functions else RAGGED_PREFILL,
         decode_single="decode_single" in functions,
         device_sampling="argmax" in functions and "sample" in functions,
@@ -94,6 +102,22 @@ def _attention_layers(
             sliding_window=window if tvm_kind == "mha_sliding" else None,
         )
         for tvm_kind, count in counts.items()
+    )
+
+
+def _recurrent_state(model: PagedCausalLM) -> tuple[RecurrentStateSpec, ...]:
+    """The per-sequence state of a hybrid's Gated DeltaNet layers (none for other models)."""
+    if not isinstance(model, HybridForCausalLM):
+        return ()
+    conv, ssm = model.state_shapes()
+    size = DTYPE_BYTES[STATE_DTYPE]
+    return (
+        RecurrentStateSpec(
+            kind=GATED_DELTA_NET,
+            layers=len(model.config.linear_layers),
+            conv_state_bytes=math.prod(conv) * size,
+            ssm_state_bytes=math.prod(ssm) * size,
+        ),
     )
 
 

@@ -16,11 +16,12 @@ from typing import Any
 from tvm.relax.frontend import nn
 
 from vllm_tvm.checkpoints.family_index import family_of, refusal_of, served_architectures
-from vllm_tvm.model_defs import deepseek, learned_positions, llama, moe
+from vllm_tvm.model_defs import deepseek, learned_positions, llama, moe, qwen3_next
 from vllm_tvm.model_defs.config import ConfigRecord, parse_llama_family_config
 from vllm_tvm.model_defs.deepseek_config import parse_deepseek_config
 from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
 from vllm_tvm.model_defs.moe_config import parse_moe_config
+from vllm_tvm.model_defs.qwen3_next_config import parse_hybrid_config
 
 WeightSources = Callable[[str], tuple[list[str], int]]
 
@@ -38,12 +39,16 @@ class ModelFamily:
     """(HF config, max_model_len=None) -> the parsed config for an engine of that context
     (None: the checkpoint's; only longrope's factor set depends on it, rope_scaling.py)."""
     build_model: Callable[..., nn.Module]
-    """(config, dtype, target, attention='tir') -> the exportable model."""
+    """(config, dtype, target, attention='tir') -> the exportable model (a family with
+    `recurrent` set also takes `kernels=`, the compiler's RecurrentKernels for the target)."""
     weight_sources: WeightSources
     config_weight_sources: Callable[[Any, str], tuple[list[str], int]] | None = None
     """(parsed config, name) -> sources, for families whose names depend on the config
     (the expert count of a stacked expert projection); when set it replaces
     `weight_sources`."""
+    recurrent: bool = False
+    """Whether the model has recurrent layers, whose kernels the compiler hands `build_model`
+    (model definitions never import schedules)."""
 
     def sources_for(self, config: ConfigRecord) -> WeightSources:
         """The checkpoint tensors of each parameter of a model built from `config`."""
@@ -119,6 +124,15 @@ _LLAMA_TEXT_TOWER = ModelFamily(
     weight_sources=_text_tower_sources,
 )
 
+_HYBRID_FAMILY = ModelFamily(
+    name="hybrid",
+    parse_config=parse_hybrid_config,
+    build_model=qwen3_next.HybridForCausalLM,
+    weight_sources=llama.fused_weight_sources,
+    config_weight_sources=qwen3_next.hybrid_weight_sources,
+    recurrent=True,
+)
+
 DEFINITIONS: dict[str, ModelFamily] = {
     family.name: family
     for family in (
@@ -129,6 +143,7 @@ DEFINITIONS: dict[str, ModelFamily] = {
         _OPT_FAMILY,
         _GPT2_FAMILY,
         _LLAMA_TEXT_TOWER,
+        _HYBRID_FAMILY,
     )
 }
 """The model definitions by the name a family module's `definition` gives

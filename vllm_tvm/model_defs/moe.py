@@ -149,6 +149,16 @@ class StackedExperts(nn.Module):
         return op.tensor_expr_op(_combine, "expert_combine", [down, weights, inverse])
 
 
+def _one_feature(tokens: Tensor, weight: Tensor) -> Tensor:
+    """tokens [T, H] times the one-row weight [1, H]: [T, 1], summed in fp32 and cast back.
+
+    A reduction over H rather than a product with one output feature, which dlight's GPU
+    GEMV rule cannot schedule (it fuses the output-feature loops, and there are none)."""
+    row = op.astype(weight, ACCUMULATION_DTYPE)
+    dot = op.sum(op.astype(tokens, ACCUMULATION_DTYPE) * row, axis=-1, keepdims=True)
+    return op.astype(dot, tokens.dtype)
+
+
 class SparseMoE(nn.Module):
     """Router, routed experts and (Qwen2-MoE) the sigmoid-gated shared expert."""
 
@@ -175,7 +185,8 @@ class SparseMoE(nn.Module):
             tokens, chosen, weights.astype(hidden.dtype), self.top_k, one_token_each(hidden)
         )
         if self.shared_expert is not None:
-            out = out + op.sigmoid(self.shared_expert_gate(tokens)) * self.shared_expert(tokens)
+            gate = op.sigmoid(_one_feature(tokens, self.shared_expert_gate.weight))
+            out = out + gate * self.shared_expert(tokens)
         return op.reshape(out, (batch, seq_len, width))
 
 

@@ -5,6 +5,11 @@ dependency); dashboards built for vLLM read `vllm:*` names with a `model_name` l
 custom collector reads one engine snapshot per scrape and renders it in the text format
 0.0.4 through prometheus-client, so the values are always consistent with each other.
 Counters are exposed with prometheus-client's `_total` suffix, as vLLM's are.
+
+A hybrid model's recurrent-state pool has no vLLM series (vLLM counts its state in the KV
+cache's blocks); it is exposed under `vllm_tvm:` names, only when the model keeps one:
+`vllm_tvm:recurrent_state_usage_perc` (slots held by running sequences, 1 = all) and
+`vllm_tvm:recurrent_state_config_info` (slots and bytes per slot).
 """
 
 from __future__ import annotations
@@ -129,6 +134,7 @@ class EngineCollector(Collector):
             stats.e2e_request_latency,
         )
         yield from _spec_decode_series(stats, labels, values)
+        yield from self._recurrent_state_series(stats, labels, values)
         info = GaugeMetricFamily(
             "vllm:cache_config_info",
             "Information of the KV cache configuration.",
@@ -138,6 +144,28 @@ class EngineCollector(Collector):
         info.add_metric(
             [str(cache.block_size), str(cache.num_blocks), str(cache.enable_prefix_caching)], 1
         )
+        yield info
+
+    def _recurrent_state_series(
+        self, stats: EngineStats, labels: list[str], values: list[str]
+    ) -> Iterator[Metric]:
+        """The recurrent-state pool's usage and size, when the model keeps one."""
+        cache = self._cache
+        if not cache.recurrent_slots or stats.recurrent_state_usage is None:
+            return
+        usage = GaugeMetricFamily(
+            "vllm_tvm:recurrent_state_usage_perc",
+            "Recurrent-state slot usage (hybrid models). 1 means 100 percent usage.",
+            labels=labels,
+        )
+        usage.add_metric(values, stats.recurrent_state_usage)
+        yield usage
+        info = GaugeMetricFamily(
+            "vllm_tvm:recurrent_state_config_info",
+            "Information of the recurrent-state pool configuration.",
+            labels=["num_slots", "bytes_per_slot"],
+        )
+        info.add_metric([str(cache.recurrent_slots), str(cache.recurrent_bytes_per_slot)], 1)
         yield info
 
 

@@ -19,6 +19,7 @@ from vllm_tvm.checkpoints.families import (
     opt,
     phi3,
     qwen,
+    qwen3_next,
     qwen_moe,
     refused,
 )
@@ -35,6 +36,7 @@ FAMILY_MODULES = (
     qwen_moe,
     deepseek,
     opt,
+    qwen3_next,
     refused,
 )
 """Every family module, in the order `supported:` lists their architectures."""

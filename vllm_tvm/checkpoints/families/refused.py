@@ -12,7 +12,6 @@ FAMILIES = (
         refused={
             "GptOssForCausalLM": "gpt-oss (attention sinks, clamped SwiGLU with expert biases)",
             "Glm4MoeForCausalLM": "GLM-4.5 (sigmoid group routing with partial rotary attention)",
-            "Qwen3NextForCausalLM": "Qwen3-Next (hybrid linear attention)",
             "JambaForCausalLM": "Jamba (hybrid Mamba layers)",
             "GraniteMoeHybridForCausalLM": "Granite-4 hybrid (Mamba layers)",
         },

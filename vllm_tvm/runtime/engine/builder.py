@@ -26,8 +26,9 @@ from vllm_tvm.runtime.kv.cache_config import (
     check_block_size,
     fit_max_model_len,
     measure_device_memory,
-    resolve_num_blocks,
+    resolve_pool_sizes,
 )
+from vllm_tvm.runtime.kv.recurrent_slots import state_bytes_per_slot
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.speculative.draft_runner import load_draft_runner
@@ -69,6 +70,20 @@ def _cap_batch(args: EngineArgs, spec: RuntimeSpec) -> EngineArgs:
         file=sys.stderr,
     )
     return replace(args, max_num_seqs=cap)
+
+
+def _cap_to_slots(config: SchedulerConfig, cache: CacheConfig) -> SchedulerConfig:
+    """`config` running at most one sequence per recurrent-state slot (said on stderr when
+    the memory budget held fewer slots than `max_num_seqs`)."""
+    slots = cache.recurrent_slots
+    if not slots or config.max_num_seqs <= slots:
+        return config
+    print(
+        f"vllm-tvm: max_num_seqs {config.max_num_seqs} lowered to {slots}, the recurrent-state "
+        f"slots of {cache.recurrent_bytes_per_slot} bytes the KV memory budget holds",
+        file=sys.stderr,
+    )
+    return replace(config, max_num_seqs=slots)
 
 
 def _load_runner(
@@ -117,7 +132,8 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     params = _dummy_params(args, manifest)
     checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
     runner = _load_runner(args, manifest, model_path, params)
-    num_blocks = resolve_num_blocks(
+    slot_bytes = state_bytes_per_slot(runner.spec.recurrent_state)
+    sizes = resolve_pool_sizes(
         block_size=args.block_size,
         kv_bytes_per_token=runner.kv_bytes_per_token,
         num_blocks=args.num_blocks,
@@ -125,11 +141,17 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
         gpu_memory_utilization=args.gpu_memory_utilization,
         measure=lambda: measure_device_memory(runner.device),
         default=DEFAULT_NUM_BLOCKS,
+        recurrent_bytes_per_slot=slot_bytes,
+        max_num_seqs=args.max_num_seqs,
     )
     prefix_caching = args.enable_prefix_caching and runner.spec.prefix_caching
-    cache_config = CacheConfig(args.block_size, num_blocks, prefix_caching)
+    cache_config = CacheConfig(
+        args.block_size, sizes.num_blocks, prefix_caching, sizes.recurrent_slots, slot_bytes
+    )
     max_model_len = fit_max_model_len(args.max_model_len, runner.max_model_len, cache_config)
     runner.resize_kv_cache(cache_config.num_tokens)
+    runner.resize_recurrent_pool(cache_config.recurrent_slots)
+    scheduler_config = _cap_to_slots(scheduler_config, cache_config)
     budget = min(args.token_budget, runner.kv_config.prefill_chunk_size)
     spec = args.speculative_config
     draft_runner = None

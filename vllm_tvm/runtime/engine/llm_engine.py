@@ -26,6 +26,7 @@ import time
 
 from vllm_tvm.runtime.engine.args import ASYNC_WITH_SPECULATION, EngineArgs
 from vllm_tvm.runtime.engine.builder import load_engine_parts
+from vllm_tvm.runtime.engine.cache_fit import recurrent_slots_for
 from vllm_tvm.runtime.engine.intake import PromptInput, RequestIntake
 from vllm_tvm.runtime.engine.launched_step import LaunchedStep, record_prompt_logprobs
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
@@ -102,7 +103,8 @@ class LLMEngine:
         self.scheduler_config = scheduler_config
         self.max_model_len = max_model_len
         self.metrics = EngineMetrics()
-        self.block_manager = BlockManager(runner.kv_cache, cache_config)
+        slots = recurrent_slots_for(runner, cache_config, scheduler_config, speculative_config)
+        self.block_manager = BlockManager(runner.kv_cache, cache_config, slots)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, self.metrics)
         self.intake = RequestIntake(tokenizer, eos_token_ids, max_model_len, runner.vocab_size)
         self.sampler = Sampler(logprobs_mode=logprobs_mode, eos_token_ids=eos_token_ids, seed=seed)
@@ -258,8 +260,12 @@ class LLMEngine:
                 else:
                     touched = self._collect(launched)
         touched += self.appender.render_deferred()
+        slots = self.block_manager.recurrent_slots
         self.metrics.set_gauges(
-            len(self.scheduler.running), len(self.scheduler.waiting), self.block_manager.usage
+            len(self.scheduler.running),
+            len(self.scheduler.waiting),
+            self.block_manager.usage,
+            None if slots is None else slots.usage,
         )
         requests = self._requests
         for request_id in dict.fromkeys(seq.request_id for seq in touched):

@@ -61,6 +61,8 @@ class EngineStats:
     num_requests_running: int = 0
     num_requests_waiting: int = 0
     kv_cache_usage: float = 0.0
+    recurrent_state_usage: float | None = None
+    """Fraction of the recurrent-state slots held (None: the model keeps no such state)."""
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
     prompt_tokens: int = 0
@@ -87,8 +89,9 @@ class EngineStats:
 class EngineMetrics:
     """What the engine records while it steps; `snapshot()` reads it from any thread.
 
-    Gauges: running / waiting sequences and KV usage (fraction of blocks in use, cached free
-    blocks counted free). Counters: prefix-cache queries and hits (in prompt tokens), prompt
+    Gauges: running / waiting sequences, KV usage (fraction of blocks in use, cached free
+    blocks counted free) and, for a hybrid model, recurrent-state usage (fraction of slots
+    held). Counters: prefix-cache queries and hits (in prompt tokens), prompt
     tokens computed, generated tokens, preemptions, finished requests by finish reason.
     Histograms: time to first token, time per output token (per request, after the first)
     and end-to-end latency, in seconds. Speculative decoding (vLLM's spec_decode series):
@@ -104,12 +107,15 @@ class EngineMetrics:
         with self._lock:
             return copy.deepcopy(self._stats)
 
-    def set_gauges(self, running: int, waiting: int, kv_usage: float) -> None:
+    def set_gauges(
+        self, running: int, waiting: int, kv_usage: float, recurrent_usage: float | None = None
+    ) -> None:
         """Record the scheduler's state after a step."""
         with self._lock:
             stats = self._stats
             stats.num_requests_running, stats.num_requests_waiting = running, waiting
             stats.kv_cache_usage = kv_usage
+            stats.recurrent_state_usage = recurrent_usage
 
     def add_prefix_query(self, queried_tokens: int, hit_tokens: int) -> None:
         """One prefix-cache lookup over `queried_tokens` that found `hit_tokens` cached."""

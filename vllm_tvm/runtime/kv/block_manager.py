@@ -19,6 +19,10 @@ step:
   block cuts every cached KV sequence holding it back to just before it. (Blocks after a
   free block in a KV sequence are free too: a sequence using one would be using the first.)
 
+A model with recurrent layers also gives each running sequence a slot of its recurrent-state
+pool (recurrent_slots.py): taken with the blocks at `allocate`, given back with them at
+`free`, so admission waits for a slot as it waits for blocks.
+
 A block's pages go back to TVM exactly when the last KV sequence holding it lets go, which is
 when the block returns to the free list here; blocks reserved for a step get their pages in
 that step's forward. So TVM always has at least the pages of the free blocks, and a forward
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.kv.kv_cache import PagedKVCache
 from vllm_tvm.runtime.kv.prefix_cache import BlockHash, PrefixCache, extend_block_hashes
+from vllm_tvm.runtime.kv.recurrent_slots import RecurrentSlots
 
 if TYPE_CHECKING:
     from vllm_tvm.runtime.requests.sequence import EngineSequence
@@ -61,7 +66,14 @@ class Block:
 class BlockManager:
     """Blocks of one KV cache for the scheduler: admit, grow, cache and free sequences."""
 
-    def __init__(self, kv_cache: PagedKVCache, config: CacheConfig) -> None:
+    def __init__(
+        self,
+        kv_cache: PagedKVCache,
+        config: CacheConfig,
+        recurrent_slots: RecurrentSlots | None = None,
+    ) -> None:
+        """`recurrent_slots`: the model's recurrent-state slots (None: it keeps none)."""
+        self.recurrent_slots = recurrent_slots
         self.block_size = config.block_size
         self.num_blocks = config.num_blocks
         self.enable_prefix_caching = config.enable_prefix_caching
@@ -134,15 +146,20 @@ class BlockManager:
 
     def can_allocate(self, hit: list[int], num_tokens: int) -> bool:
         """Whether a sequence starting with the cached blocks `hit` can get blocks for its
-        first `num_tokens` tokens."""
+        first `num_tokens` tokens (and a recurrent-state slot, when the model keeps state)."""
+        if self.recurrent_slots is not None and not self.recurrent_slots.num_free:
+            return False
         reused_free = sum(1 for block_id in hit if self._cache.is_free(block_id))
         needed = self._blocks_for(num_tokens) - len(hit)
         return needed <= self.num_free_blocks - reused_free
 
     def allocate(self, seq: EngineSequence, hit: list[int], num_tokens: int) -> None:
         """Give `seq` a KV sequence sharing the cached blocks `hit` (its first tokens, now
-        computed) and blocks for its first `num_tokens` tokens. Check `can_allocate` first."""
+        computed) and blocks for its first `num_tokens` tokens, and a zeroed recurrent-state
+        slot when the model keeps state. Check `can_allocate` first."""
         assert seq.kv_id is None, f"sequence {seq.seq_id} already has KV"
+        if self.recurrent_slots is not None:
+            self.recurrent_slots.take(seq)
         kv_id = self._next_kv_id
         self._next_kv_id += 1
         if hit:
@@ -256,8 +273,11 @@ class BlockManager:
     # ---- release ----
 
     def free(self, seq: EngineSequence) -> None:
-        """`seq` lets go of its blocks (finished, aborted, failed or preempted). Its leading
-        cached blocks stay cached, held by its KV sequence cut back to them."""
+        """`seq` lets go of its blocks and its recurrent-state slot (finished, aborted, failed
+        or preempted). Its leading cached blocks stay cached, held by its KV sequence cut back
+        to them."""
+        if self.recurrent_slots is not None:
+            self.recurrent_slots.release(seq)
         kv_id = seq.kv_id
         if kv_id is None:
             return

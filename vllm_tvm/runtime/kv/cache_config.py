@@ -6,6 +6,12 @@ then agree with it. vLLM's rules apply: an explicit `max_model_len` that one seq
 fit in the pool is an error naming the sizes and the flags that close the gap; an implicit
 one is auto-fitted down to the pool (and logged). Every number here is validated once, so
 the block manager and scheduler can trust it.
+
+A hybrid model (recurrent layers beside attention) also keeps one recurrent-state slot per
+running sequence (recurrent_slots.py). Its pool comes out of the same byte budget, first:
+`max_num_seqs` slots when the budget holds them and one KV block, fewer when not (the
+engine then runs that many sequences at most), and the KV blocks get what is left. A pool
+given in blocks (`num_blocks`, or the default) gets `max_num_seqs` slots beside it.
 """
 
 from __future__ import annotations
@@ -39,16 +45,25 @@ def check_block_size(block_size: int) -> None:
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """The KV pool: `num_blocks` blocks of `block_size` tokens, and the prefix-cache switch."""
+    """The KV pool: `num_blocks` blocks of `block_size` tokens, and the prefix-cache switch;
+    for a hybrid model its recurrent-state pool of `recurrent_slots` slots of
+    `recurrent_bytes_per_slot` bytes (0: the model keeps no recurrent state)."""
 
     block_size: int
     num_blocks: int
     enable_prefix_caching: bool
+    recurrent_slots: int = 0
+    recurrent_bytes_per_slot: int = 0
 
     def __post_init__(self) -> None:
         check_block_size(self.block_size)
         if self.num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
+        if self.recurrent_slots < 0 or self.recurrent_bytes_per_slot < 0:
+            raise ValueError(
+                f"recurrent_slots {self.recurrent_slots} and recurrent_bytes_per_slot "
+                f"{self.recurrent_bytes_per_slot} must not be negative"
+            )
 
     @property
     def num_tokens(self) -> int:
@@ -101,7 +116,15 @@ def kv_memory_from_utilization(memory: DeviceMemory, utilization: float) -> int:
     return budget
 
 
-def resolve_num_blocks(
+@dataclass(frozen=True)
+class PoolSizes:
+    """The KV blocks and recurrent-state slots settled at startup."""
+
+    num_blocks: int
+    recurrent_slots: int = 0
+
+
+def resolve_pool_sizes(
     *,
     block_size: int,
     kv_bytes_per_token: int,
@@ -110,12 +133,15 @@ def resolve_num_blocks(
     gpu_memory_utilization: float | None = None,
     measure: Callable[[], DeviceMemory] | None = None,
     default: int,
-) -> int:
-    """The pool's block count from at most one of the three ways to size it.
+    recurrent_bytes_per_slot: int = 0,
+    max_num_seqs: int = 0,
+) -> PoolSizes:
+    """The pool's block count from at most one of the three ways to size it, and its
+    recurrent-state slots (none when `recurrent_bytes_per_slot` is 0; see the module doc).
 
     `num_blocks` is taken as given; `kv_cache_memory` (bytes) and `gpu_memory_utilization`
     (a fraction of the device, measured by calling `measure()` -> DeviceMemory) are divided
-    by the bytes of one block. None of them: `default`.
+    by the bytes of one block, after the recurrent-state slots. None of them: `default`.
     """
     given = {
         name: value
@@ -130,22 +156,41 @@ def resolve_num_blocks(
         raise ValueError(
             f"give at most one of num_blocks, kv_cache_memory, gpu_memory_utilization; got {given}"
         )
+    wanted_slots = max_num_seqs if recurrent_bytes_per_slot else 0
     if num_blocks is not None:
-        return num_blocks
+        return PoolSizes(num_blocks, wanted_slots)
     if kv_cache_memory is None and gpu_memory_utilization is None:
-        return default
+        return PoolSizes(default, wanted_slots)
     block_bytes = block_size * kv_bytes_per_token
     if kv_cache_memory is None:
         assert measure is not None and gpu_memory_utilization is not None
         kv_cache_memory = kv_memory_from_utilization(measure(), gpu_memory_utilization)
-    blocks = kv_cache_memory // block_bytes
+    slots = _fit_recurrent_slots(
+        kv_cache_memory, block_bytes, recurrent_bytes_per_slot, wanted_slots
+    )
+    state_bytes = slots * recurrent_bytes_per_slot
+    blocks = (kv_cache_memory - state_bytes) // block_bytes
     if blocks <= 0:
         raise KVCacheSizeError(
             f"a KV cache of {kv_cache_memory} bytes holds no block: one block of {block_size} "
             f"tokens takes {block_bytes} bytes. Raise --kv-cache-memory (or "
             "--gpu-memory-utilization), or pass --num-blocks"
         )
-    return int(blocks)
+    return PoolSizes(int(blocks), slots)
+
+
+def _fit_recurrent_slots(budget: int, block_bytes: int, slot_bytes: int, wanted: int) -> int:
+    """Up to `wanted` slots of `slot_bytes` that leave `budget` room for one KV block."""
+    if not wanted:
+        return 0
+    slots = min(wanted, (budget - block_bytes) // slot_bytes)
+    if slots < 1:
+        raise KVCacheSizeError(
+            f"a KV cache of {budget} bytes cannot hold one sequence's recurrent state "
+            f"({slot_bytes} bytes) beside one KV block ({block_bytes} bytes). Raise "
+            "--kv-cache-memory (or --gpu-memory-utilization), or pass --num-blocks"
+        )
+    return int(slots)
 
 
 def fit_max_model_len(requested: int | None, model_limit: int, cache: CacheConfig) -> int:

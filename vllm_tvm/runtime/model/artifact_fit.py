@@ -3,7 +3,7 @@
 Why a module of its own: every runner (one device, tensor-parallel ranks, draft models and
 heads) loads an artifact, and each must refuse the same things by name before anything
 reaches the device: a library built for another device kind, state the runtime cannot
-hold yet, a `max_model_len` past the model's context limit (with the compiler's reason).
+run yet, a `max_model_len` past the model's context limit (with the compiler's reason).
 """
 
 from __future__ import annotations
@@ -15,19 +15,22 @@ from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.runtime.devices import target_kind_for
 
 
-def check_runs_on(manifest: Manifest, artifact_dir: Path, device: str) -> None:
+def check_runs_on(
+    manifest: Manifest, artifact_dir: Path, device: str, runs_recurrent_state: bool = True
+) -> None:
     """Refuse an artifact built for another device kind than `device`, or one whose model
-    keeps recurrent state (hybrid models: not run by this runtime yet)."""
+    keeps recurrent state when the runner cannot hand its forwards the state pool
+    (`runs_recurrent_state` False: the tensor-parallel runner's)."""
     if manifest.target_kind != target_kind_for(device):
         raise ArtifactError(
             f"artifact {artifact_dir} was built for target '{manifest.target}', "
             f"which cannot run on device '{device}'"
         )
     kinds = sorted({state.kind for state in manifest.runtime.recurrent_state})
-    if kinds:
+    if kinds and not runs_recurrent_state:
         raise ArtifactError(
-            f"artifact {artifact_dir} keeps recurrent state ({', '.join(kinds)}), which this "
-            "runtime does not support yet"
+            f"artifact {artifact_dir} keeps recurrent state ({', '.join(kinds)}); the "
+            "tensor-parallel runner does not hand its forwards the recurrent-state pool"
         )
 
 

@@ -38,11 +38,18 @@ class ForwardRunner(Protocol):
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
+        recurrent_slots: Sequence[int] | None = None,
     ) -> DeviceLogits:
-        """One ragged forward over `chunks`; the logits rows at `logit_positions`."""
+        """One ragged forward over `chunks`; the logits rows at `logit_positions`
+        (`recurrent_slots`: each sequence's recurrent-state slot, for a hybrid model)."""
         ...
 
-    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
+    def decode_logits(
+        self,
+        seq_ids: Sequence[int],
+        token_ids: Sequence[int],
+        recurrent_slots: Sequence[int] | None = None,
+    ) -> DeviceLogits:
         """One token per sequence; a logits row per sequence."""
         ...
 
@@ -65,6 +72,8 @@ class ForwardBatch:
     for KV sequence `kv_ids[i]`. `logit_positions` (indices into `token_ids`) None means the
     decode forward (one token and one logits row per sequence). After the forward,
     `sampling_seqs[j]` draws its next token from row `sampling_rows[j]`.
+    `recurrent_slots[i]` is the recurrent-state slot of `kv_ids[i]` (None: the model keeps
+    no recurrent state).
     """
 
     kv_ids: list[int]
@@ -74,6 +83,7 @@ class ForwardBatch:
     sampling_seqs: list[EngineSequence]
     sampling_rows: list[int]
     prompt_logprob_rows: list[PromptLogprobRows]
+    recurrent_slots: list[int] | None = None
 
     @property
     def is_decode(self) -> bool:
@@ -110,8 +120,19 @@ def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
             sampling_seqs=decodes,
             sampling_rows=list(range(len(decodes))),
             prompt_logprob_rows=[],
+            recurrent_slots=_recurrent_slots(decodes),
         )
     return _ragged_batch(prefills, decodes)
+
+
+def _recurrent_slots(seqs: Sequence[EngineSequence]) -> list[int] | None:
+    """The recurrent-state slots of `seqs` in order; None when they hold none (a model
+    without recurrent state: the block manager gives every running sequence a slot or none)."""
+    slots = [seq.recurrent_slot for seq in seqs]
+    if None in slots:
+        assert all(slot is None for slot in slots), "some sequences hold no recurrent slot"
+        return None
+    return slots  # type: ignore[return-value]  # no None in it
 
 
 def ragged_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
@@ -159,18 +180,21 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
         offset += 1
     if not positions:  # no chunk finishes its tokens: no logits are needed, one is made
         positions.append(offset - 1)
+    slots = _recurrent_slots([*(item.seq for item in prefills), *decodes])
     return ForwardBatch(
-        kv_ids, token_ids, lengths, positions, sampling_seqs, sampling_rows, logprob_rows
+        kv_ids, token_ids, lengths, positions, sampling_seqs, sampling_rows, logprob_rows, slots
     )
 
 
 def run_forward(runner: ForwardRunner, batch: ForwardBatch) -> DeviceLogits:
-    """Run `batch` as one forward on `runner`; its logits rows, on the device."""
+    """Run `batch` as one forward on `runner`; its logits rows, on the device (the slots go
+    only to a runner of a model with recurrent state, so no other runner takes them)."""
+    slots = {} if batch.recurrent_slots is None else {"recurrent_slots": batch.recurrent_slots}
     if batch.logit_positions is None:
-        return runner.decode_logits(batch.kv_ids, batch.token_ids)
+        return runner.decode_logits(batch.kv_ids, batch.token_ids, **slots)
     ends = list(itertools.accumulate(batch.chunk_lengths))
     chunks = [
         batch.token_ids[end - length : end]
         for end, length in zip(ends, batch.chunk_lengths, strict=True)
     ]
-    return runner.prefill_logits(batch.kv_ids, chunks, batch.logit_positions)
+    return runner.prefill_logits(batch.kv_ids, chunks, batch.logit_positions, **slots)

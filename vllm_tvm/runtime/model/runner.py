@@ -11,6 +11,7 @@ with or without hidden states, goes through `run_ragged`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -176,13 +177,15 @@ class ModelRunner(Runner):
         suffix: str = "",
         input_hidden: np.ndarray | None = None,
         zeroed_rows: Sequence[int] = (),
+        recurrent_slots: Sequence[int] | None = None,
     ) -> tuple[DeviceLogits, np.ndarray | None, np.ndarray]:
         """One ragged forward through the compiled `{mode}{suffix}` (`_ragged_mode`);
         `input_hidden` [tokens, hidden] goes in after the embeddings (their rows
         `zeroed_rows` zeroed) when the function takes it (a head's). The logits rows at the
         positions (default: each chunk's last token), on the device; the hidden rows the
         function returned [rows, width] (at the positions, or of every token; as wide as
-        the function made them), None when it returns none; the int32 positions."""
+        the function made them), None when it returns none; the int32 positions.
+        A hybrid model's forward also takes `recurrent_slots` (`_state_inputs`)."""
         lengths, positions, flat = self._ragged_plan(chunks, logit_positions)
         mode = self._ragged_mode(seq_ids, lengths)
         rows_shape = (len(flat), 1) if mode == DECODE else (1, len(flat))
@@ -200,9 +203,13 @@ class ModelRunner(Runner):
         name = mode + suffix
         if name == DECODE and len(flat) == 1 and input_hidden is None and self.spec.decode_single:
             name = "decode_single"
+        starts = None if mode == DECODE else [0, *itertools.accumulate(lengths)]
+        states = self._state_inputs(recurrent_slots, starts)
         self.kv_cache.begin_forward(seq_ids, lengths)
-        outputs = list(self._function(name)(*inputs, self.kv_cache.handle, self.params))
+        call = self._function(name)
+        outputs = list(call(*inputs, self.kv_cache.handle, *states, self.params))
         self.kv_cache.end_forward()
+        outputs = self._take_back_states(outputs)
         logits = outputs[0]
         if mode == DECODE and not np.array_equal(positions, np.arange(len(flat))):
             logits = self.to_device(logits.numpy().reshape(len(flat), -1)[positions])
@@ -211,13 +218,40 @@ class ModelRunner(Runner):
             hidden = hidden.reshape(-1, hidden.shape[-1])
         return self._device_logits(logits, len(positions)), hidden, positions
 
+    def _state_inputs(
+        self, recurrent_slots: Sequence[int] | None, seq_starts: list[int] | None
+    ) -> list[Any]:
+        """The arguments after the KV cache of a hybrid model's forward (ARCHITECTURE.md's
+        contract): a prefill's sequence starts, the rows' slots, every layer's conv pools,
+        every layer's SSM pools; nothing for a model without recurrent state."""
+        if not self.spec.recurrent_state:
+            return []
+        if recurrent_slots is None or self.recurrent_pool is None:
+            raise ValueError("a model with recurrent state needs each sequence's state slot")
+        state = self.recurrent_pool.forward_state(recurrent_slots)
+        self._held_inputs.append(state.slots)
+        starts = (
+            [] if seq_starts is None else [self.forward_input(np.asarray(seq_starts, np.int32))]
+        )
+        return [*starts, state.slots, state.conv_pools, state.ssm_pools]
+
+    def _take_back_states(self, outputs: list[Any]) -> list[Any]:
+        """A hybrid forward's outputs without its trailing conv and SSM pools, which the
+        state pool holds from now on (`RecurrentStatePool.take_back`)."""
+        if not self.spec.recurrent_state:
+            return outputs
+        assert self.recurrent_pool is not None  # `_state_inputs` checked it
+        self.recurrent_pool.take_back(list(outputs[-2]), list(outputs[-1]))
+        return outputs[:-2]
+
     def prefill_logits(
         self,
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
+        recurrent_slots: Sequence[int] | None = None,
     ) -> DeviceLogits:
-        return self.run_ragged(seq_ids, chunks, logit_positions)[0]
+        return self.run_ragged(seq_ids, chunks, logit_positions, recurrent_slots=recurrent_slots)[0]
 
     def prefill_with_hidden(
         self,
@@ -237,13 +271,19 @@ class ModelRunner(Runner):
         assert hidden is not None  # every `*_hidden` function returns hidden states
         return logits, hidden
 
-    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
+    def decode_logits(
+        self,
+        seq_ids: Sequence[int],
+        token_ids: Sequence[int],
+        recurrent_slots: Sequence[int] | None = None,
+    ) -> DeviceLogits:
         batch = len(seq_ids)
         hidden = self.embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
+        states = self._state_inputs(recurrent_slots, None)
         self.kv_cache.begin_forward(seq_ids, [1] * batch)
         single = batch == 1 and self.spec.decode_single
-        logits, _ = self._function("decode_single" if single else DECODE)(
-            hidden, self.kv_cache.handle, self.params
-        )
+        call = self._function("decode_single" if single else DECODE)
+        outputs = call(hidden, self.kv_cache.handle, *states, self.params)
         self.kv_cache.end_forward()
+        logits = self._take_back_states(list(outputs))[0]
         return self._device_logits(logits, batch)

@@ -20,6 +20,7 @@ import numpy as np
 from vllm_tvm.artifacts.manifest import Manifest
 from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig, PagedKVCache
+from vllm_tvm.runtime.kv.recurrent_pool import RecurrentStatePool
 from vllm_tvm.runtime.model.artifact_fit import fit_context_limit
 from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 
@@ -36,6 +37,8 @@ class Runner(ABC):
     max_model_len: int
     kv_config: KVCacheConfig
     kv_cache: PagedKVCache
+    recurrent_pool: RecurrentStatePool | None = None
+    """The recurrent-state pool of a hybrid model (`resize_recurrent_pool`); None: none."""
 
     def _settle_sizes(
         self,
@@ -80,6 +83,15 @@ class Runner(ABC):
         self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
         self.kv_cache = self._new_kv_cache()
 
+    def resize_recurrent_pool(self, num_slots: int) -> None:
+        """Replace the recurrent-state pool by one of `num_slots` slots (0: no pool), sized
+        with the KV pool."""
+        self.recurrent_pool = (
+            RecurrentStatePool(self.spec.recurrent_state, num_slots, self.device)
+            if num_slots
+            else None
+        )
+
     @abstractmethod
     def _new_kv_cache(self) -> PagedKVCache:
         """An empty KV cache of `kv_config`."""
@@ -90,17 +102,25 @@ class Runner(ABC):
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
+        recurrent_slots: Sequence[int] | None = None,
     ) -> DeviceLogits:
         """Append each chunk to its sequence in one ragged forward; the fp32 logits rows
-        [len(logit_positions), vocab] (default: each chunk's last token).
+        [len(logit_positions), vocab] (default: each chunk's last token). A model with
+        recurrent state reads and writes sequence i's state at `recurrent_slots[i]`.
 
         The total length must fit the cache's prefill chunk size; the scheduler splits
         longer work into several calls.
         """
 
     @abstractmethod
-    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
-        """One new token per sequence; the logits [batch, vocab] after it."""
+    def decode_logits(
+        self,
+        seq_ids: Sequence[int],
+        token_ids: Sequence[int],
+        recurrent_slots: Sequence[int] | None = None,
+    ) -> DeviceLogits:
+        """One new token per sequence; the logits [batch, vocab] after it (`recurrent_slots`
+        as in `prefill_logits`)."""
 
     def prefill(
         self,

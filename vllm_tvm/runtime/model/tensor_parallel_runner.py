@@ -77,7 +77,7 @@ class TensorParallelRunner(Runner):
         plan = self.manifest.tensor_parallel
         if plan is None:
             raise ArtifactError(f"artifact {artifact_dir} was not compiled tensor-parallel")
-        check_runs_on(self.manifest, artifact_dir, device)
+        check_runs_on(self.manifest, artifact_dir, device, runs_recurrent_state=False)
         self.spec = self.manifest.runtime
         self.shards = int(plan["shards"])
         self._tvm = tvm

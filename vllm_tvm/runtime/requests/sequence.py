@@ -57,7 +57,8 @@ class EngineSequence:
 
     `token_ids` is the prompt followed by the output so far; `num_computed_tokens` of them
     have their keys and values in the KV cache (the last sampled token never has until the
-    next step computes it). `kv_id` names the sequence's KV sequence while it holds blocks.
+    next step computes it). `kv_id` names the sequence's KV sequence while it holds blocks;
+    `recurrent_slot` its slot of the recurrent-state pool while it runs (hybrid models).
     """
 
     request_id: str
@@ -75,6 +76,7 @@ class EngineSequence:
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0
     kv_id: int | None = None
+    recurrent_slot: int | None = None
     block_hashes: list[bytes] = field(default_factory=list)
     text: str = ""
     logprobs: list[TokenLogprobs] | None = None

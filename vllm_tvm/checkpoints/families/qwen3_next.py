@@ -1,0 +1,62 @@
+"""Qwen3-Next and Qwen3.5 / Qwen3.6 (dense and MoE): hybrids of Gated DeltaNet linear
+attention and gated full attention (model_defs/qwen3_next.py), and the text towers of the
+multimodal Qwen3.5 / Qwen3.6 checkpoints.
+
+Served through the recurrent-state pool beside the paged KV cache (runtime/kv/
+recurrent_pool.py), whose slots and pools the runner hands the compiled forwards
+(tests/test_hybrid_engine.py: greedy tokens equal transformers').
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_tvm.checkpoints.family_spec import FamilySpec, ModelConfigError
+
+QWEN3_NEXT = "Qwen3NextForCausalLM"
+QWEN3_5 = "Qwen3_5ForCausalLM"
+QWEN3_5_MOE = "Qwen3_5MoeForCausalLM"
+TEXT_TOWERS = {
+    "Qwen3_5ForConditionalGeneration": QWEN3_5,
+    "Qwen3_5MoeForConditionalGeneration": QWEN3_5_MOE,
+}
+"""Multimodal checkpoints served as their decoder (config in `text_config`, weights under
+TEXT_TOWER_PREFIX); the vision tower is never read and image input stays refused."""
+TEXT_TOWER_PREFIX = "model.language_model."
+DECODER_PREFIX = "model."
+HYBRID_ARCHITECTURES = (QWEN3_NEXT, QWEN3_5, QWEN3_5_MOE, *TEXT_TOWERS)
+
+
+def decoder_architecture(architecture: str) -> str:
+    """The causal-LM architecture whose decoder a checkpoint of `architecture` holds."""
+    return TEXT_TOWERS.get(architecture, architecture)
+
+
+def decoder_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The decoder's config: the text config of a multimodal checkpoint (whose top level
+    says whether the head is tied), else the config itself."""
+    architecture = config["architectures"][0]
+    if architecture not in TEXT_TOWERS:
+        return config
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise ModelConfigError(f"config.json of {architecture} has no 'text_config'")
+    tied = config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+    return {**text, "architectures": [architecture], "tie_word_embeddings": tied}
+
+
+def checkpoint_name(architecture: str, param_name: str) -> str:
+    """A decoder tensor's name in a checkpoint of `architecture` (`model.` or the text
+    tower's prefix; the head keeps its name)."""
+    if architecture in TEXT_TOWERS and param_name.startswith(DECODER_PREFIX):
+        return TEXT_TOWER_PREFIX + param_name.removeprefix(DECODER_PREFIX)
+    return param_name
+
+
+FAMILIES = (
+    FamilySpec(
+        name="qwen3-next",
+        architectures=HYBRID_ARCHITECTURES,
+        definition="hybrid",
+    ),
+)
