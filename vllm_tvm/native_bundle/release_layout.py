@@ -7,6 +7,7 @@ path with the maker beyond these facts.
 
 from __future__ import annotations
 
+import ctypes
 import platform
 import shutil
 from pathlib import Path
@@ -19,6 +20,12 @@ SMOKE_MAX_TOKENS = 8
 LANES = ("cpu", "cuda")
 ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
 """ELF e_machine numbers of the machines a bundle is built for."""
+CUDA_DRIVER_LIBRARY = "libcuda.so.1"
+"""The NVIDIA driver's library: a cuda archive's CUDA runtime needs it, and must never carry
+it (it belongs to the kernel driver installed on the machine, in its exact version)."""
+LANE_LIBRARIES = {"cpu": (), "cuda": ("lib/libtvm_runtime_cuda.so", "lib/libcudart.so.13")}
+"""What each lane must carry beyond a bundle's common files (libvllm_tvm.so loads the CUDA
+ones with dlopen, so no ELF dependency names them)."""
 CROSS_RUNNERS = {"aarch64": ("qemu-aarch64", "/usr/aarch64-linux-gnu")}
 """Where an archive's CLI runs on another machine: qemu-user and the sysroot it loads from
 (scripts/install_native_toolchain.sh --aarch64 installs both)."""
@@ -41,3 +48,16 @@ def cli_command(root: Path, machine: str) -> list[str]:
     if shutil.which(emulator) is None:
         raise RuntimeError(f"running the {machine} CLI here needs {emulator} on PATH")
     return [emulator, "-L", sysroot, cli]
+
+
+def cuda_device_absent_reason() -> str | None:
+    """Why a cuda archive's CLI cannot run a model here (no driver library, or no device), or
+    None when the NVIDIA driver answers with at least one device."""
+    try:
+        driver = ctypes.CDLL(CUDA_DRIVER_LIBRARY)
+    except OSError:
+        return f"no NVIDIA driver on this machine ({CUDA_DRIVER_LIBRARY} is not found)"
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return "the NVIDIA driver reports no usable device"
+    return None if count.value > 0 else "the NVIDIA driver reports no device"
