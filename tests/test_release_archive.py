@@ -15,11 +15,11 @@ import platform
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from release_forgery import forge as _forge
 from tiny_models import load_oracle
 
 from vllm_tvm import SamplingParams, __version__
@@ -41,26 +41,6 @@ def extracted(release: ReleaseArchive, tmp_path_factory: pytest.TempPathFactory)
     with tarfile.open(release.archive) as tar:
         tar.extractall(into, filter="data")
     return into / NAME
-
-
-def _forge(
-    release: ReleaseArchive, tmp_path: Path, change: Callable[[Path], None], sidecars: bool = True
-) -> Path:
-    """A copy of the archive with `change` applied to its extracted folder, repacked, and
-    (when `sidecars`) with fresh sidecars, so that only the inner change is a deviation."""
-    work = tmp_path / "work"
-    with tarfile.open(release.archive) as tar:
-        tar.extractall(work, filter="data")
-    change(work / NAME)
-    archive = tmp_path / release.archive.name
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(work / NAME, arcname=NAME)
-    if sidecars:
-        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-        Path(f"{archive}.sha256").write_text(f"{digest}  {archive.name}\n")
-        provenance = {"archive": archive.name, "sha256": digest}
-        Path(f"{archive}.provenance.json").write_text(json.dumps(provenance))
-    return archive
 
 
 def test_the_archive_is_named_for_its_version_machine_and_lane(release: ReleaseArchive) -> None:

@@ -7,9 +7,10 @@ path with the maker beyond these facts.
 
 from __future__ import annotations
 
-import ctypes
 import platform
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 VERSION_FILE = "VERSION"
@@ -50,14 +51,25 @@ def cli_command(root: Path, machine: str) -> list[str]:
     return [emulator, "-L", sysroot, cli]
 
 
+_DEVICE_PROBE = f"""
+import ctypes, sys
+try:
+    driver = ctypes.CDLL("{CUDA_DRIVER_LIBRARY}")
+except OSError:
+    sys.exit("no NVIDIA driver on this machine ({CUDA_DRIVER_LIBRARY} is not found)")
+count = ctypes.c_int(0)
+if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    sys.exit("the NVIDIA driver reports no usable device")
+if count.value == 0:
+    sys.exit("the NVIDIA driver reports no device")
+"""
+
+
 def cuda_device_absent_reason() -> str | None:
     """Why a cuda archive's CLI cannot run a model here (no driver library, or no device), or
-    None when the NVIDIA driver answers with at least one device."""
-    try:
-        driver = ctypes.CDLL(CUDA_DRIVER_LIBRARY)
-    except OSError:
-        return f"no NVIDIA driver on this machine ({CUDA_DRIVER_LIBRARY} is not found)"
-    count = ctypes.c_int(0)
-    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return "the NVIDIA driver reports no usable device"
-    return None if count.value > 0 else "the NVIDIA driver reports no device"
+    None when the NVIDIA driver answers with at least one device. Asked in a fresh
+    interpreter: this process may hold the compiler's stand-in libcuda (compiler/cuda_build.py)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _DEVICE_PROBE], capture_output=True, text=True, timeout=60
+    )
+    return None if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
