@@ -11,6 +11,7 @@ installed) run when VLLM_TVM_ROOTFS_TEST=1.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -80,6 +81,48 @@ def test_each_lanes_containerfile_adds_its_tree_and_serves_on_8000(lane: str) ->
         "--host",
         "0.0.0.0",
     ]
+
+
+def test_the_build_scripts_parse_and_refuse_an_unknown_lane(tmp_path: Path) -> None:
+    for script in ("build_rootfs.sh", "build_container.sh"):
+        syntax = subprocess.run(["bash", "-n", str(REPO_ROOT / "scripts" / script)])
+        assert syntax.returncode == 0, script
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "build_rootfs.sh"), "gpu", str(tmp_path / "x.tar")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "unknown lane 'gpu'" in done.stderr
+    assert not (tmp_path / "x.tar").exists()
+
+
+@pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
+@pytest.mark.parametrize("lane", ["cpu", "cuda"])
+def test_podman_builds_each_lanes_image_over_its_tree(tmp_path: Path, lane: str) -> None:
+    """The Containerfile as podman reads it, over a stand-in tree (the full tree is the
+    opt-in test's): the image serves on 8000 with the entrypoint and stops on SIGTERM."""
+    context = tmp_path / "context"
+    context.mkdir()
+    tree = _tree(tmp_path / "tree", lane)
+    subprocess.run(
+        ["tar", "-C", str(tree), "-cf", str(context / f"rootfs-{lane}.tar"), "."], check=True
+    )
+    settings = {**os.environ, "CONTAINERS_CONF": str(REPO_ROOT / "containers" / "containers.conf")}
+    image = f"localhost/vllm-tvm-containerfile-test:{lane}-{tmp_path.name}"
+    containerfile = REPO_ROOT / "containers" / f"Containerfile.{lane}"
+    build = ["podman", "build", "-q", "-f", str(containerfile), "-t", image, str(context)]
+    subprocess.run(build, check=True, env=settings, capture_output=True, timeout=300)
+    try:
+        inspect = ["podman", "image", "inspect", image, "--format", "{{json .Config}}"]
+        done = subprocess.run(inspect, check=True, env=settings, capture_output=True, text=True)
+        config = json.loads(done.stdout)
+    finally:
+        subprocess.run(["podman", "rmi", "-f", image], env=settings, capture_output=True)
+    assert config["Entrypoint"] == ["vllm-tvm", "serve", "--host", "0.0.0.0", "--port", "8000"]
+    assert list(config["ExposedPorts"]) == ["8000/tcp"]
+    assert config["StopSignal"] == "SIGTERM"
+    assert config["Env"][0].startswith("PATH=/opt/vllm-tvm/bin:")
+    assert config["Labels"]["org.opencontainers.image.title"] == f"vllm-tvm ({lane})"
 
 
 @pytest.mark.slow

@@ -1,9 +1,12 @@
 #include "compiled_model.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <new>
 
@@ -78,7 +81,47 @@ Tensor Reshaped(const Tensor& tensor, const std::vector<int64_t>& shape) {
   return tensor.as_strided(tvm::ffi::Shape(shape), tvm::ffi::Shape(strides));
 }
 
-tvm::ffi::Array<Tensor> LoadParams(const ModelBundle& bundle) {
+// Where the artifact runs: the CPU for an llvm target, CUDA device 0 for a cuda one.
+DLDevice DeviceFor(const ModelBundle& bundle) {
+  if (bundle.target.rfind("llvm", 0) == 0) return DLDevice{kDLCPU, 0};
+  if (bundle.target.rfind("cuda", 0) == 0) return DLDevice{kDLCUDA, 0};
+  throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED, "artifact target '" + bundle.target +
+                                                 "' is neither a CPU (llvm) nor a cuda target");
+}
+
+// TVM's CUDA device API, libtvm_runtime_cuda.so beside this library (found through its
+// $ORIGIN RUNPATH). Loaded only for a CUDA artifact, so that a CUDA bundle's CLI answers
+// --help and --version, and reports a missing driver by name, on a machine without one: it
+// needs the bundled libcudart.so.13 and the NVIDIA driver's libcuda.so.1.
+void LoadCudaRuntime() {
+  if (dlopen("libtvm_runtime_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* reason = dlerror();
+    throw EmbedError(VLLM_TVM_ERR_RUNTIME,
+                     std::string("cannot load TVM's CUDA runtime (libtvm_runtime_cuda.so; a CUDA "
+                                 "bundle needs the NVIDIA driver's libcuda.so.1): ") +
+                         (reason ? reason : "unknown error"));
+  }
+}
+
+}  // namespace
+
+// A copy of the host tensor `host` on `device` (`host` itself on the CPU).
+Tensor CompiledModel::OnDevice(const Tensor& host) const {
+  if (device_.device_type == kDLCPU) return host;
+  static const tvm::ffi::Function alloc = Global("runtime.TVMTensorAllocWithScope");
+  static const tvm::ffi::Function copy_from_bytes = Global("runtime.TVMTensorCopyFromBytes");
+  std::vector<int64_t> shape(host.shape().begin(), host.shape().end());
+  Tensor on_device =
+      alloc(tvm::ffi::Shape(shape), host.dtype(), device_, tvm::ffi::Any(nullptr)).cast<Tensor>();
+  copy_from_bytes(on_device, const_cast<void*>(host.data_ptr()),
+                  static_cast<int64_t>(tvm::ffi::GetDataSize(host.numel(), host.dtype())));
+  return on_device;
+}
+
+namespace {
+
+tvm::ffi::Array<Tensor> LoadParams(const ModelBundle& bundle,
+                                   const std::function<Tensor(const Tensor&)>& to_device) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(bundle.params_path.c_str(), "rb"),
                                              &std::fclose);
   if (!file) throw EmbedError(VLLM_TVM_ERR_BUNDLE, "cannot open " + bundle.params_path);
@@ -97,24 +140,26 @@ tvm::ffi::Array<Tensor> LoadParams(const ModelBundle& bundle) {
       throw EmbedError(VLLM_TVM_ERR_BUNDLE, "parameter " + slice.name + " lies past the end of " +
                                                 bundle.params_path);
     }
-    params.push_back(tensor);
+    params.push_back(to_device(tensor));
   }
   return params;
 }
 
-// The Relax VM of model.so, initialised for the CPU.
-tvm::ffi::Module LoadVirtualMachine(const ModelBundle& bundle) {
-  if (bundle.target.rfind("llvm", 0) != 0) {
-    throw EmbedError(VLLM_TVM_ERR_UNSUPPORTED,
-                     "artifact target '" + bundle.target + "' is not a CPU (llvm) target");
-  }
+// The Relax VM of model.so, initialised for `device` (and the CPU as its host).
+tvm::ffi::Module LoadVirtualMachine(const ModelBundle& bundle, DLDevice device) {
+  if (device.device_type == kDLCUDA) LoadCudaRuntime();
   tvm::ffi::Module library = tvm::ffi::Module::LoadFromFile(bundle.library_path);
   auto load_executable = library->GetFunction("vm_load_executable");
   if (!load_executable) throw EmbedError(VLLM_TVM_ERR_BUNDLE, "model.so is not a Relax VM library");
   tvm::ffi::Module vm = (*load_executable)().cast<tvm::ffi::Module>();
   auto initialize = vm->GetFunction("vm_initialization");
   if (!initialize) throw EmbedError(VLLM_TVM_ERR_RUNTIME, "the Relax VM has no vm_initialization");
-  (*initialize)(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  if (device.device_type == kDLCPU) {
+    (*initialize)(static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  } else {
+    (*initialize)(static_cast<int>(device.device_type), device.device_id, kPooledAllocator,
+                  static_cast<int>(kDLCPU), 0, kPooledAllocator);
+  }
 
   return vm;
 }
@@ -123,7 +168,8 @@ tvm::ffi::Module LoadVirtualMachine(const ModelBundle& bundle) {
 
 CompiledModel::CompiledModel(const ModelBundle& bundle, int64_t max_num_seqs,
                              int64_t max_model_len)
-    : vm_(LoadVirtualMachine(bundle)),
+    : device_(DeviceFor(bundle)),
+      vm_(LoadVirtualMachine(bundle, device_)),
       vocab_size_(bundle.vocab_size),
       hidden_size_(bundle.hidden_size),
       prefill_chunk_size_(std::min(bundle.prefill_chunk_size, max_model_len)) {
@@ -138,7 +184,7 @@ CompiledModel::CompiledModel(const ModelBundle& bundle, int64_t max_num_seqs,
   kv_begin_ = Global("vm.builtin.kv_state_begin_forward");
   kv_end_ = Global("vm.builtin.kv_state_end_forward");
 
-  params_ = LoadParams(bundle);
+  params_ = LoadParams(bundle, [this](const Tensor& host) { return OnDevice(host); });
   tvm::ffi::Function create_kv_cache = VmFunction(vm_, bundle, "create_kv_cache");
   using tvm::ffi::Shape;
   kv_cache_ = create_kv_cache(Shape({max_num_seqs}), Shape({max_num_seqs * max_model_len}),
@@ -151,7 +197,7 @@ void CompiledModel::RemoveSequence(int64_t seq_id) { kv_remove_(kv_cache_, seq_i
 
 Tensor CompiledModel::Embed(const std::vector<int32_t>& tokens,
                             const std::vector<int64_t>& shape) {
-  Tensor ids = HostTensor(tokens, DLDataType{kDLInt, 32, 1});
+  Tensor ids = OnDevice(HostTensor(tokens, DLDataType{kDLInt, 32, 1}));
   return Reshaped(embed_(ids, params_).cast<Tensor>(), shape);
 }
 
@@ -168,8 +214,8 @@ Tensor CompiledModel::Prefill(int64_t seq_id, const std::vector<int32_t>& tokens
                                                " tokens is outside [1, prefill_chunk_size]");
   }
   Tensor hidden = Embed(tokens, {1, length, hidden_size_});
-  Tensor positions = HostTensor(std::vector<int32_t>{static_cast<int32_t>(length - 1)},
-                                DLDataType{kDLInt, 32, 1});
+  Tensor positions = OnDevice(HostTensor(
+      std::vector<int32_t>{static_cast<int32_t>(length - 1)}, DLDataType{kDLInt, 32, 1}));
   kv_begin_(kv_cache_, tvm::ffi::Shape({seq_id}), tvm::ffi::Shape({length}));
   tvm::ffi::Any result = prefill_(hidden, positions, kv_cache_, params_);
   kv_end_(kv_cache_);
@@ -200,14 +246,20 @@ std::vector<int32_t> CompiledModel::Sample(const Tensor& logits,
     keys.push_back(row.key);
   }
   Tensor tokens =
-      sample_(logits, HostTensor(temperature, DLDataType{kDLFloat, 32, 1}),
-              HostTensor(top_k, DLDataType{kDLInt, 32, 1}),
-              HostTensor(top_p, DLDataType{kDLFloat, 32, 1}),
-              HostTensor(min_p, DLDataType{kDLFloat, 32, 1}),
-              HostTensor(keys, DLDataType{kDLUInt, 32, 1}))
+      sample_(logits, OnDevice(HostTensor(temperature, DLDataType{kDLFloat, 32, 1})),
+              OnDevice(HostTensor(top_k, DLDataType{kDLInt, 32, 1})),
+              OnDevice(HostTensor(top_p, DLDataType{kDLFloat, 32, 1})),
+              OnDevice(HostTensor(min_p, DLDataType{kDLFloat, 32, 1})),
+              OnDevice(HostTensor(keys, DLDataType{kDLUInt, 32, 1})))
           .cast<Tensor>();
   std::vector<int32_t> result(rows.size());
-  std::memcpy(result.data(), tokens.data_ptr(), result.size() * sizeof(int32_t));
+  if (device_.device_type == kDLCPU) {
+    std::memcpy(result.data(), tokens.data_ptr(), result.size() * sizeof(int32_t));
+  } else {  // copies back after the device has finished the draw
+    static const tvm::ffi::Function copy_to_bytes = Global("runtime.TVMTensorCopyToBytes");
+    copy_to_bytes(tokens, static_cast<void*>(result.data()),
+                  static_cast<int64_t>(result.size() * sizeof(int32_t)));
+  }
   return result;
 }
 

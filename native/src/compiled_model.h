@@ -1,4 +1,4 @@
-// A loaded artifact on the CPU: the Relax VM over model.so, its parameters, its paged KV
+// A loaded artifact on the CPU or a CUDA device: the Relax VM over model.so, its parameters, its paged KV
 // cache, and the compiled sampling function — the C++ twin of the Python ModelRunner.
 //
 // Why here: the artifact's contract (embed / prefill / decode / decode_single /
@@ -37,7 +37,7 @@ class CompiledModel {
   void RemoveSequence(int64_t seq_id);
 
   // Appends `tokens` (at most prefill_chunk_size) to sequence `seq_id`; the logits row of the
-  // last token, [1, vocab] float32 on the CPU.
+  // last token, [1, vocab] float32 on the model's device.
   tvm::ffi::Tensor Prefill(int64_t seq_id, const std::vector<int32_t>& tokens);
   // One token per sequence; logits [batch, vocab].
   tvm::ffi::Tensor Decode(const std::vector<int64_t>& seq_ids,
@@ -52,7 +52,10 @@ class CompiledModel {
   // The embeddings of `tokens`, viewed as `shape` ([batch, tokens, hidden]).
   tvm::ffi::Tensor Embed(const std::vector<int32_t>& tokens, const std::vector<int64_t>& shape);
   tvm::ffi::Tensor Logits(const tvm::ffi::Any& result, int64_t rows) const;
+  // A host tensor as the compiled functions take it: copied to a CUDA device, as is on the CPU.
+  tvm::ffi::Tensor OnDevice(const tvm::ffi::Tensor& host) const;
 
+  DLDevice device_;
   tvm::ffi::Module vm_;
   int64_t vocab_size_;
   int64_t hidden_size_;

@@ -52,10 +52,12 @@ def run_check(args: argparse.Namespace) -> int:
 
     if not args.archive.is_file():
         raise FileNotFoundError(f"no archive at {args.archive}")
-    problems = validate_archive(args.archive)
-    for problem in problems:
+    report = validate_archive(args.archive)
+    for problem in report.problems:
         print(f"vllm-tvm validate-release: {problem}", file=sys.stderr)
-    if problems:
+    if report.problems:
         return 1
+    for check in report.skipped:
+        print(f"{args.archive.name}: skipped {check}")
     print(f"{args.archive.name}: ok")
     return 0

@@ -27,6 +27,7 @@ from vllm_tvm.compiler.attention import (
     flashinfer_build_environment,
 )
 from vllm_tvm.compiler.cuda_build import build_libcuda_stub
+from vllm_tvm.compiler.kv_kernel_memo import memoised_kv_kernels
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
 from vllm_tvm.compiler.recurrent_kernels import TargetRecurrentKernels
 from vllm_tvm.compiler.request import CompileRequest
@@ -92,7 +93,7 @@ def export_model(request: CompileRequest) -> ExportedModel:
         request.speculative_role,
     )
     apply_weight_formats(model, request.weight_formats)
-    with _attention_build_environment(request):
+    with _attention_build_environment(request), memoised_kv_kernels():
         mod, named_params = model.export_tvm(spec=model.export_spec())
     link_options: list[str] = []
     if model.kv_cache_extern_mods:

@@ -5,6 +5,7 @@ Layout (the C side relies on it: bin/vllm-tvm-cli finds ../model and ../lib):
 
     include/vllm_tvm.h        the C ABI
     lib/                      libvllm_tvm.so, libvllm_tvm.a, libtvm_runtime.so, libtvm_ffi.so
+                              (cuda: also libtvm_runtime_cuda.so and libcudart.so.13)
     model/                    artifact (manifest.json, model.so), params.bin, tokenizer.json,
                               embed.json
     bin/vllm-tvm-cli          one completion from the command line
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.entrypoints.resolve import resolve_artifact
 from vllm_tvm.native_bundle.model_export import write_model_dir
 from vllm_tvm.native_bundle.native_build import HEADER, NATIVE_DIR, build_native
@@ -46,13 +48,19 @@ def write_embedding_bundle(
     build = build_native(built_target)
     options = CompileOptions(model_path, built_target.compile_target, "float32")
     artifact = resolve_artifact(options, show_progress=False)
+    extensions = read_manifest(artifact).extensions
+    if extensions:
+        raise NotImplementedError(
+            f"the C library does not load artifact extensions ({', '.join(map(str, extensions))}); "
+            "compile without them"
+        )
     staging = dest.with_name(f".{dest.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         for folder in ("include", "lib", "bin", "examples"):
             (staging / folder).mkdir(parents=True)
         shutil.copy2(HEADER, staging / "include" / HEADER.name)
-        for library in (build.shared_library, build.static_library, *build.tvm_runtime_libraries):
+        for library in (build.shared_library, build.static_library, *build.runtime_libraries):
             shutil.copy2(library, staging / "lib" / library.name)
         shutil.copy2(build.cli, staging / "bin" / "vllm-tvm-cli")
         shutil.copy2(NATIVE_DIR / "bundle" / "complete.c", staging / "examples" / "complete.c")

@@ -4,7 +4,8 @@ compiler and CMake.
 Why a cached build: the C++ library is compiled against the headers and runtime libraries of
 the installed apache-tvm-ffi / apache-tvm wheels (a runtime other than the one the artifacts
 were compiled with must not be mixed in), and a build takes about a minute on a small
-machine; one build directory per (sources, TVM version, target, sanitizer) is reused.
+machine; one build directory per (sources, TVM version, machine, sanitizer) is reused: the
+library of a CUDA bundle is this machine's, it only bundles TVM's CUDA runtime beside it.
 
 For another machine (aarch64) the TVM runtime libraries are those of the same apache-tvm /
 apache-tvm-ffi versions' wheels for that machine, and libvllm_tvm is cross-compiled against
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -37,14 +39,14 @@ BUILD_JOBS = "2"
 @dataclass(frozen=True)
 class NativeBuild:
     """One finished build: the libraries, the CLI and the tokenizer tool, and the TVM runtime
-    they link."""
+    libraries a bundle carries beside them (bundled_libraries)."""
 
     build_dir: Path
     shared_library: Path
     static_library: Path
     cli: Path
     tokenize_tool: Path
-    tvm_runtime_libraries: tuple[Path, ...]
+    runtime_libraries: tuple[Path, ...]
 
 
 def _package_dir(name: str) -> Path:
@@ -84,6 +86,42 @@ def tvm_runtime_libraries(target: EmbedTarget) -> tuple[Path, ...]:
     return libraries
 
 
+CUDART_SONAME = "libcudart.so.13"
+"""The CUDA runtime libtvm_runtime_cuda.so needs (NEEDED), bundled beside it."""
+
+
+def cuda_runtime_library() -> Path:
+    """libcudart.so.13 to bundle: the `nvidia-cuda-runtime` wheel's (the `cuda` extra), else
+    the toolkit's (`$CUDA_HOME`, `/usr/local/cuda`)."""
+    candidates = [
+        p for site in sys.path for p in sorted(Path(site).glob(f"nvidia/*/lib/{CUDART_SONAME}"))
+    ]
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root:
+            candidates.append(Path(root) / "lib64" / CUDART_SONAME)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise RuntimeError(
+        f"a cuda bundle carries {CUDART_SONAME}: install the `cuda` extra (nvidia-cuda-runtime) "
+        "or the CUDA 13 toolkit (CUDA_HOME)"
+    )
+
+
+def bundled_libraries(target: EmbedTarget) -> tuple[Path, ...]:
+    """The runtime libraries a bundle for `target` carries in lib/ beside libvllm_tvm: TVM's
+    runtime, and for CUDA TVM's CUDA runtime and libcudart (libvllm_tvm loads both only for a
+    CUDA model)."""
+    libraries = tvm_runtime_libraries(target)
+    if not target.cuda_runtime:
+        return libraries
+    return (
+        *libraries,
+        _package_dir("tvm") / "lib" / "libtvm_runtime_cuda.so",
+        cuda_runtime_library(),
+    )
+
+
 def _require_tools(target: EmbedTarget) -> None:
     tools = ["cmake", target.c_compiler or "cc", target.cxx_compiler or "c++"]
     missing = [tool for tool in tools if shutil.which(tool) is None]
@@ -107,7 +145,8 @@ def _source_key(target: EmbedTarget, sanitize: str | None) -> str:
             digest.update(path.read_bytes())
     for part in _versions():
         digest.update(part.encode())
-    digest.update(f"{__version__}|{target}|{sanitize or ''}".encode())
+    machine = f"{target.machine}|{target.c_compiler}|{target.cxx_compiler}"
+    digest.update(f"{__version__}|{machine}|{sanitize or ''}".encode())
     return digest.hexdigest()[:24]
 
 
@@ -132,7 +171,7 @@ def build_native(
         static_library=build_dir / "libvllm_tvm.a",
         cli=build_dir / "vllm-tvm-cli",
         tokenize_tool=build_dir / "vllm-tvm-tokenize",
-        tvm_runtime_libraries=runtime_libraries,
+        runtime_libraries=bundled_libraries(target),
     )
     outputs = (build.cli, build.tokenize_tool, build.shared_library, build.static_library)
     if all(output.is_file() for output in outputs):

@@ -7,9 +7,10 @@ plus what a downstream packager checks before shipping it:
     VERSION             the vllm-tvm version
     manifest.json       every other file with its sha256, size and mode; the machine, lane
                         and TVM versions; the greedy token ids the bundle's CLI gave at
-                        release time for a fixed prompt (the validator reruns it)
-    sbom.spdx.json      SPDX 2.3: the TVM runtime, libvllm_tvm and the model's files, each
-                        with its license, and a checksum per file
+                        release time for a fixed prompt (the validator reruns it; a cuda
+                        archive made without a GPU records none and says why)
+    sbom.spdx.json      SPDX 2.3: the TVM runtime, libvllm_tvm, the model's files and (cuda)
+                        NVIDIA's CUDA runtime, each with its license, a checksum per file
     licenses/           vllm-tvm's, TVM's and tvm-ffi's license texts (and the model's, given)
 
 and beside the archive `<archive>.sha256` (sha256sum's format) and
@@ -40,10 +41,17 @@ from vllm_tvm.native_bundle.release_layout import (
     SMOKE_PROMPT,
     VERSION_FILE,
     cli_command,
+    cuda_device_absent_reason,
     release_name,
 )
 
 PROJECT_LICENSE = "Apache-2.0"
+CUDA_RUNTIME_LICENSE = "LicenseRef-NVIDIA-CUDA-EULA"
+_CUDA_RUNTIME_LICENSE_TEXT = (
+    "libcudart.so is NVIDIA's CUDA runtime, redistributed under the NVIDIA CUDA Toolkit End "
+    "User License Agreement (https://docs.nvidia.com/cuda/eula/), whose Attachment A lists it "
+    "as redistributable."
+)
 _REPO_LICENSE = Path(__file__).resolve().parents[2] / "LICENSE"
 
 
@@ -79,8 +87,18 @@ def _license_file(distribution: str) -> Path | None:
     return Path(str(found[0].locate())) if found else None
 
 
+def _smoke(root: Path, machine: str, lane: str) -> dict[str, Any]:
+    """The smoke record: SMOKE_PROMPT and the greedy ids the bundle's CLI gives for it (what
+    the validator must see), or none and why when this machine cannot run a cuda model."""
+    smoke: dict[str, Any] = {"prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS}
+    absent = cuda_device_absent_reason() if lane == "cuda" else None
+    if absent is not None:
+        return {**smoke, "token_ids": None, "unrecorded": f"made without a GPU: {absent}"}
+    return {**smoke, "token_ids": _smoke_ids(root, machine)}
+
+
 def _smoke_ids(root: Path, machine: str) -> list[int]:
-    """The greedy ids of the bundle's CLI for SMOKE_PROMPT (what the validator must see)."""
+    """The greedy ids of the bundle's CLI for SMOKE_PROMPT."""
     command = cli_command(root, machine)
     command += ["--prompt", SMOKE_PROMPT, "--max-tokens", str(SMOKE_MAX_TOKENS)]
     done = subprocess.run(
@@ -104,6 +122,9 @@ def _sbom(name: str, files: dict[str, dict[str, Any]], model_license: str) -> di
         ("apache-tvm-ffi", ffi_version, "Apache-2.0", lambda p: "libtvm_ffi" in p),
         ("model", "bundled", model_license, lambda p: p.startswith("model/")),
     ]
+    if any("libcudart" in path for path in files):
+        cudart = ("nvidia-cuda-runtime", "13", CUDA_RUNTIME_LICENSE, lambda p: "libcudart" in p)
+        components.insert(3, cudart)
     owner: dict[str, str] = {}
     for path in files:  # the most specific component wins (TVM's libraries, then the model)
         owner[path] = next(c[0] for c in reversed(components) if c[3](path))
@@ -153,6 +174,15 @@ def _sbom(name: str, files: dict[str, dict[str, Any]], model_license: str) -> di
             for path, entry in files.items()
         ],
         "relationships": relationships,
+        "hasExtractedLicensingInfos": [
+            {
+                "licenseId": CUDA_RUNTIME_LICENSE,
+                "name": "NVIDIA CUDA Toolkit End User License Agreement",
+                "extractedText": _CUDA_RUNTIME_LICENSE_TEXT,
+            }
+        ]
+        if CUDA_RUNTIME_LICENSE in license_of.values()
+        else [],
     }
 
 
@@ -183,6 +213,8 @@ def _stage(bundle: Path, root: Path, model_license: str, model_license_file: Pat
         if found is None:
             raise RuntimeError(f"the installed {distribution} carries no LICENSE file")
         shutil.copy2(found, licenses / f"{distribution}.LICENSE")
+    if (root / "lib" / "libcudart.so.13").is_file():
+        (licenses / "nvidia-cuda-runtime.LICENSE").write_text(_CUDA_RUNTIME_LICENSE_TEXT + "\n")
     if model_license_file is not None:
         shutil.copy2(model_license_file, licenses / f"model.{model_license}.LICENSE")
 
@@ -202,8 +234,7 @@ def write_release_archive(
     root = staging / name
     try:
         _stage(bundle, root, model_license, model_license_file)
-        smoke = {"prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS}
-        smoke["token_ids"] = _smoke_ids(root, machine)
+        smoke = _smoke(root, machine, lane)
         files = _file_table(root)
         (root / SBOM).write_text(json.dumps(_sbom(name, files, model_license), indent=1))
         files = _file_table(root)

@@ -2,7 +2,8 @@
 
 Why: an archive is checked where it is downloaded, by someone who has neither the bundle nor
 this checkout. So every check here reads the archive, its two sidecars and a fresh extraction,
-and reports every deviation it finds (an empty list means the archive is good):
+and reports every deviation it finds (none means the archive is good) and, by name, every
+check it could not run here:
 
 - sidecars: `.sha256` matches the archive, `.provenance.json` names it and the same digest;
 - extraction: one top folder named as the archive, regular files and folders only, nothing
@@ -10,11 +11,14 @@ and reports every deviation it finds (an empty list means the archive is good):
 - allowlist: exactly the files `manifest.json` lists (in the folders a bundle has), each with
   its sha256, size and mode; VERSION, the manifest and the name agree;
 - SBOM: SPDX 2.3, a SHA256 per listed file equal to the manifest's, a license per package;
+- lane: a cuda archive carries TVM's CUDA runtime and libcudart.so.13, and no archive carries
+  the NVIDIA driver's libcuda.so.1;
 - ELF (via binutils' readelf): each library and program is for the archive's machine, needs
-  only bundled libraries and the C/C++ runtime, and has a RUNPATH inside the archive
-  ($ORIGIN-relative) or none;
+  only bundled libraries and the C/C++ runtime (and, in a cuda archive, the driver's
+  libcuda.so.1), and has a RUNPATH inside the archive ($ORIGIN-relative) or none;
 - smoke: bin/vllm-tvm-cli --help and --version succeed (the version is the archive's), and
-  its greedy ids for the manifest's prompt are the manifest's.
+  its greedy ids for the manifest's prompt are the manifest's. A cuda archive's model needs
+  an NVIDIA GPU: without one that run is reported as skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -25,17 +29,21 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import sha256_of_file
 from vllm_tvm.native_bundle.release_layout import (
+    CUDA_DRIVER_LIBRARY,
     ELF_MACHINES,
+    LANE_LIBRARIES,
     LANES,
     MANIFEST,
     SBOM,
     VERSION_FILE,
     cli_command,
+    cuda_device_absent_reason,
     release_name,
 )
 
@@ -50,17 +58,26 @@ _NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
 _RUNPATH = re.compile(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]*)\]")
 
 
-def validate_archive(archive: Path) -> list[str]:
-    """Every deviation of `archive` (a .tar.gz beside its sidecars); empty when good."""
+@dataclass
+class ReleaseReport:
+    """The verdict on an archive: every deviation (none: good) and every check not run here,
+    each named with the reason."""
+
+    problems: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def validate_archive(archive: Path) -> ReleaseReport:
+    """Every deviation of `archive` (a .tar.gz beside its sidecars) and the checks skipped."""
     if not archive.name.endswith(_ARCHIVE_SUFFIX):
-        return [f"{archive.name}: not a {_ARCHIVE_SUFFIX} release archive"]
-    problems = _sidecar_problems(archive)
+        return ReleaseReport([f"{archive.name}: not a {_ARCHIVE_SUFFIX} release archive"])
+    report = ReleaseReport(_sidecar_problems(archive))
     with tempfile.TemporaryDirectory() as tmp:
         name = archive.name.removesuffix(_ARCHIVE_SUFFIX)
-        extracted = _extract(archive, Path(tmp), name, problems)
+        extracted = _extract(archive, Path(tmp), name, report.problems)
         if extracted is not None:
-            problems += validate_tree(extracted)
-    return problems
+            validate_tree(extracted, report)
+    return report
 
 
 def _sidecar_problems(archive: Path) -> list[str]:
@@ -98,18 +115,36 @@ def _extract(archive: Path, into: Path, name: str, problems: list[str]) -> Path 
     return None if refused else into / name
 
 
-def validate_tree(root: Path) -> list[str]:
-    """Every deviation of an extracted archive folder `root` (named as the archive)."""
+def validate_tree(root: Path, report: ReleaseReport) -> None:
+    """Add to `report` every deviation of an extracted archive folder `root` (named as the
+    archive) and the checks skipped."""
     manifest_path = root / MANIFEST
     if not manifest_path.is_file():
-        return [f"missing {MANIFEST}"]
+        report.problems.append(f"missing {MANIFEST}")
+        return
     manifest = json.loads(manifest_path.read_text())
     problems = _identity_problems(root, manifest)
     problems += _allowlist_problems(root, manifest["files"])
+    problems += _lane_problems(manifest)
     problems += _sbom_problems(root, manifest["files"])
     if not problems:  # run nothing from an archive that is not what it says it is
-        problems += _elf_problems(root, manifest)
-        problems += _smoke_problems(root, manifest)
+        problems += elf_problems(root, manifest)
+        problems += _smoke_problems(root, manifest, report.skipped)
+    report.problems += problems
+
+
+def _lane_problems(manifest: dict[str, Any]) -> list[str]:
+    problems = [
+        f"a {manifest['lane']} archive must carry {path}"
+        for path in LANE_LIBRARIES.get(manifest["lane"], ())
+        if path not in manifest["files"]
+    ]
+    for path in manifest["files"]:
+        if PurePosixPath(path).name.startswith("libcuda.so"):
+            problems.append(
+                f"{path} is the NVIDIA driver's library, which an archive must not carry "
+                "(it comes with the driver installed on the machine)"
+            )
     return problems
 
 
@@ -173,13 +208,17 @@ def _is_elf(path: Path) -> bool:
         return stream.read(4) == b"\x7fELF"
 
 
-def _elf_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+def elf_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """The ELF files of `manifest` under `root` that are for another machine, need a library
+    that is neither bundled nor the system's (the driver's, for a cuda archive), or have a
+    RUNPATH outside the archive."""
     readelf = shutil.which("readelf")
     if readelf is None:
         return ["readelf (binutils) is needed to check the archive's ELF files"]
     problems = []
     binaries = [root / p for p in manifest["files"] if _is_elf(root / p)]
     bundled = {path.name for path in binaries}
+    from_driver = {CUDA_DRIVER_LIBRARY} if manifest["lane"] == "cuda" else set()
     for binary in binaries:
         name = binary.relative_to(root)
         header = binary.read_bytes()[:20]
@@ -189,6 +228,8 @@ def _elf_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
             [readelf, "-d", str(binary)], capture_output=True, text=True, check=True
         ).stdout
         for needed in _NEEDED.findall(dynamic):
+            if needed in from_driver:
+                continue
             if needed not in bundled and not SYSTEM_LIBRARIES.fullmatch(needed):
                 problems.append(f"{name} needs {needed}, which is neither bundled nor system")
         for runpath in _RUNPATH.findall(dynamic):
@@ -198,7 +239,7 @@ def _elf_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _smoke_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+def _smoke_problems(root: Path, manifest: dict[str, Any], skipped: list[str]) -> list[str]:
     try:
         command = cli_command(root, manifest["machine"])
     except RuntimeError as err:
@@ -209,6 +250,10 @@ def _smoke_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
         if done.returncode != 0 or must_say not in done.stdout:
             problems.append(f"vllm-tvm-cli {flag} failed or does not say {must_say!r}")
     smoke = manifest["smoke"]
+    absent = cuda_device_absent_reason() if manifest["lane"] == "cuda" else None
+    if absent is not None:
+        skipped.append(f"greedy-ids smoke: the cuda lane's model needs an NVIDIA GPU; {absent}")
+        return problems
     argv = [*command, "--prompt", smoke["prompt"], "--max-tokens", str(smoke["max_tokens"])]
     done = subprocess.run(
         [*argv, "--temperature", "0", "--json"], capture_output=True, text=True, timeout=300
@@ -216,6 +261,10 @@ def _smoke_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     if done.returncode != 0:
         return [*problems, f"vllm-tvm-cli failed on the smoke prompt: {done.stderr.strip()}"]
     ids = json.loads(done.stdout)["token_ids"]
-    if ids != smoke["token_ids"]:
+    if smoke["token_ids"] is None:  # made where no GPU ran it: only the run itself is checked
+        skipped.append(f"greedy-ids comparison: the archive records none ({smoke['unrecorded']})")
+        if not ids:
+            problems.append("vllm-tvm-cli gave no token for the smoke prompt")
+    elif ids != smoke["token_ids"]:
         problems.append(f"greedy ids {ids} != the manifest's {smoke['token_ids']}")
     return problems
