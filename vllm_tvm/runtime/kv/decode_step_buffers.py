@@ -1,0 +1,172 @@
+"""The attention metadata of one decode step, in fixed device buffers per batch-size bucket.
+
+Why: TVM's `PagedKVCache` plans every step's attention on the host (`begin_forward`) into an
+auxiliary device buffer whose offsets move from step to step, so a CUDA graph recorded for
+one step reads stale addresses in the next, and the step cannot be captured whole. Here a
+bucket of `rows` sequences owns one int32 device buffer, allocated once, holding every
+array the decode kernels read (TVM's `batch_decode_paged_kv` and
+`tir_kv_cache_transpose_append` contract); a step packs its block tables and lengths into
+one host array and copies it over with one host-to-device copy. The views handed to the
+compiled step never move, which is what a captured graph needs: it replays the addresses it
+was recorded with.
+
+Layout of the buffer (int32, `rows` = the bucket's size, `P` = pages a row may hold):
+
+| part | length | meaning |
+|---|---|---|
+| `page_indptr` | rows + 1 | CSR offsets of each row's pages in `page_values` |
+| `page_values` | rows * P | the pages of every row, row after row (unused tail zero) |
+| `last_page_len` | rows | tokens in each row's last page, the new token included |
+| `positions` | rows | each row's new token's position (its RoPE position) |
+| `append_slots` | rows | where the new token's K/V go: page * page_size + offset |
+
+A row past the step's batch (padding up to the bucket) has no pages (so the kernel reads no
+key and writes zeros) and append slot -1 (so the append kernel skips it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SKIPPED_SLOT = -1
+"""The append slot of a padding row: TVM's append kernel writes nothing for it."""
+
+
+@dataclass(frozen=True)
+class DecodeStepLayout:
+    """Where each array of a bucket's metadata buffer starts (in int32 elements)."""
+
+    rows: int
+    pages_per_row: int
+
+    @property
+    def page_indptr(self) -> tuple[int, int]:
+        return 0, self.rows + 1
+
+    @property
+    def page_values(self) -> tuple[int, int]:
+        return self.rows + 1, self.rows * self.pages_per_row
+
+    @property
+    def last_page_len(self) -> tuple[int, int]:
+        return self._after(self.page_values), self.rows
+
+    @property
+    def positions(self) -> tuple[int, int]:
+        return self._after(self.last_page_len), self.rows
+
+    @property
+    def append_slots(self) -> tuple[int, int]:
+        return self._after(self.positions), self.rows
+
+    @property
+    def size(self) -> int:
+        return self._after(self.append_slots)
+
+    @staticmethod
+    def _after(part: tuple[int, int]) -> int:
+        return part[0] + part[1]
+
+
+def pack_decode_step(
+    layout: DecodeStepLayout,
+    block_tables: Sequence[Sequence[int]],
+    seq_lens: Sequence[int],
+    page_size: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The metadata of one decode step as one int32 array in `layout`.
+
+    `block_tables[i]` are row i's pages in order; `seq_lens[i]` its length after this step's
+    token (so at least 1). Rows past `len(seq_lens)` are padding."""
+    batch = len(seq_lens)
+    if batch != len(block_tables):
+        raise ValueError(f"{len(block_tables)} block tables for {batch} sequence lengths")
+    if batch > layout.rows:
+        raise ValueError(f"a decode step of {batch} rows exceeds its bucket of {layout.rows}")
+    packed = np.zeros(layout.size, np.int32) if out is None else out
+    packed.fill(0)
+    lengths = np.asarray(seq_lens, np.int64)
+    if batch and lengths.min() < 1:
+        raise ValueError(f"every decoded sequence holds its new token; got lengths {seq_lens}")
+    pages = (lengths + page_size - 1) // page_size
+    for row, (table, needed) in enumerate(zip(block_tables, pages, strict=True)):
+        if len(table) < needed:
+            raise ValueError(
+                f"row {row} of length {seq_lens[row]} needs {needed} pages, has {len(table)}"
+            )
+        if needed > layout.pages_per_row:
+            raise ValueError(
+                f"row {row} needs {needed} pages; the bucket holds {layout.pages_per_row} a row"
+            )
+    start, _ = layout.page_indptr
+    indptr = np.zeros(layout.rows + 1, np.int64)
+    indptr[1 : batch + 1] = np.cumsum(pages)
+    indptr[batch + 1 :] = indptr[batch]
+    packed[start : start + layout.rows + 1] = indptr
+    start, _ = layout.page_values
+    flat = [
+        page for table, needed in zip(block_tables, pages, strict=True) for page in table[:needed]
+    ]
+    packed[start : start + len(flat)] = flat
+    last = lengths - (pages - 1) * page_size
+    start, _ = layout.last_page_len
+    packed[start : start + batch] = last
+    start, _ = layout.positions
+    packed[start : start + batch] = lengths - 1
+    start, _ = layout.append_slots
+    slots = np.full(layout.rows, SKIPPED_SLOT, np.int64)
+    for row, table in enumerate(block_tables):
+        position = int(lengths[row]) - 1
+        slots[row] = table[position // page_size] * page_size + position % page_size
+    packed[start : start + layout.rows] = slots
+    return packed
+
+
+class DecodeStepBuffers:
+    """One bucket's metadata: a host staging array and the device buffer it is copied to.
+
+    The views (`page_indptr`, ..., `append_slots`) are made once and stay at the same device
+    addresses for the buffers' life, so a compiled step captured into a CUDA graph with them
+    reads each step's metadata after `update`."""
+
+    def __init__(
+        self,
+        rows: int,
+        pages_per_row: int,
+        page_size: int,
+        to_device: Callable[[np.ndarray], Any],
+    ) -> None:
+        """`to_device(array)`: a device tensor holding `array` (the runner's)."""
+        self.layout = DecodeStepLayout(rows, pages_per_row)
+        self.page_size = page_size
+        self._host = np.zeros(self.layout.size, np.int32)
+        self.device = to_device(self._host)
+        self.page_indptr = self._view(self.layout.page_indptr)
+        self.page_values = self._view(self.layout.page_values)
+        self.last_page_len = self._view(self.layout.last_page_len)
+        self.positions = self._view(self.layout.positions)
+        self.append_slots = self._view(self.layout.append_slots)
+
+    def _view(self, part: tuple[int, int]) -> Any:
+        start, length = part
+        return self.device._create_view((length,), "int32", start * 4)
+
+    def update(self, block_tables: Sequence[Sequence[int]], seq_lens: Sequence[int]) -> None:
+        """Pack this step's metadata and copy it to the device: one copy."""
+        pack_decode_step(self.layout, block_tables, seq_lens, self.page_size, self._host)
+        self.device.copyfrom(self._host)
+
+    def kernel_arguments(self) -> list[Any]:
+        """The metadata in the order the compiled attention step takes it."""
+        return [
+            self.page_indptr,
+            self.page_values,
+            self.last_page_len,
+            self.positions,
+            self.append_slots,
+        ]
