@@ -3,7 +3,7 @@ runtime/kv/decode_step_buffers.py) against float64 numpy, and its capture into o
 
 The CPU build runs the same Relax function with TVM's CPU kernels: a bucket of 4 rows with 3
 sequences (one padding row), lengths across page boundaries, pages scattered in the pool,
-two layers chained. The oracle reads the KV pages through the block tables itself (not the
+three layers chained. The oracle reads the KV pages through the block tables itself (not the
 packed metadata) and attends in float64. The CUDA check lowers the function for sm_90a and
 reads where the kernels ended up: all of them inside one captured region.
 """
@@ -31,7 +31,7 @@ from vllm_tvm.runtime.kv.decode_step_buffers import (
 
 PAGE = 16
 SHAPE = DecodeAttentionShape(num_q_heads=4, num_kv_heads=2, head_dim=16, dtype="float32")
-ROWS, PAGES_PER_ROW, NUM_PAGES, LAYERS = 4, 4, 16, 2
+ROWS, PAGES_PER_ROW, NUM_PAGES, LAYERS = 4, 4, 16, 3
 SEQ_LENS = [1, 17, 40]
 """Lengths after the step's token: a first token, one past a page, a partly filled third page."""
 
@@ -48,6 +48,20 @@ def test_pack_lays_out_pages_lengths_positions_and_slots() -> None:
     assert part(layout.last_page_len) == [3, 1, 0]
     assert part(layout.positions) == [2, 16, 0]
     assert part(layout.append_slots) == [5 * PAGE + 2, 9 * PAGE + 0, SKIPPED_SLOT]
+
+
+def test_pack_splits_a_row_into_parts_of_consecutive_pages() -> None:
+    layout = DecodeStepLayout(rows=2, pages_per_row=3, splits=2)
+    packed = pack_decode_step(layout, [[5, 6, 7]], [40], PAGE)
+
+    def part(span: tuple[int, int]) -> list[int]:
+        return packed[span[0] : span[0] + span[1]].tolist()
+
+    assert part(layout.page_indptr) == [0, 2, 3, 3, 3]
+    assert part(layout.page_values) == [5, 6, 7, 0, 0, 0]
+    assert part(layout.last_page_len) == [PAGE, 40 - 2 * PAGE, 0, 0]
+    assert part(layout.positions) == [39, 39, 0, 0]
+    assert part(layout.append_slots) == [7 * PAGE + 7, SKIPPED_SLOT]
 
 
 @pytest.mark.parametrize(
@@ -87,9 +101,11 @@ def _reference_step(pages, tables, q, k, v):
     return query, pages
 
 
-def test_cpu_step_matches_float64_paged_attention() -> None:
+@pytest.mark.parametrize("splits", [1, 2, 3])
+def test_cpu_step_matches_float64_paged_attention(splits: int) -> None:
+    """splits 3 leaves parts without keys beside parts with keys, in every row but one."""
     target = tvm.target.Target("llvm")
-    mod = build_decode_attention_step(SHAPE, LAYERS, ROWS, PAGES_PER_ROW, NUM_PAGES, target)
+    mod = build_decode_attention_step(SHAPE, LAYERS, ROWS, PAGES_PER_ROW, NUM_PAGES, target, splits)
     executable = tvm.compile(mod, target, relax_pipeline=lowering_pipeline(target))
     device = tvm.cpu()
     vm = tvm.runtime.vm.VirtualMachine(executable, device)
@@ -106,17 +122,11 @@ def test_cpu_step_matches_float64_paged_attention() -> None:
     def to_device(array: np.ndarray):
         return tvm.runtime.tensor(array, device)
 
-    buffers = DecodeStepBuffers(ROWS, PAGES_PER_ROW, PAGE, to_device)
+    buffers = DecodeStepBuffers(ROWS, PAGES_PER_ROW, PAGE, to_device, splits)
     buffers.update(tables, SEQ_LENS)
     device_pages = [to_device(layer) for layer in pages]
-    output = to_device(np.full(heads, np.nan, np.float32))
-    lse = to_device(np.zeros(heads[:2], np.float32))
-    vm[STEP_FUNCTION](
-        *(to_device(x) for x in (q, k, v)),
-        *buffers.kernel_arguments(),
-        output,
-        lse,
-        *device_pages,
+    output = vm[STEP_FUNCTION](
+        *(to_device(x) for x in (q, k, v)), *buffers.kernel_arguments(), *device_pages
     )
     expected, expected_pages = _reference_step(pages, tables, q[:3], k[:3], v[:3])
     got = output.numpy()
@@ -126,12 +136,14 @@ def test_cpu_step_matches_float64_paged_attention() -> None:
         np.testing.assert_array_equal(written.numpy(), reference.astype(np.float32))
 
 
-def test_cuda_step_is_one_captured_graph() -> None:
-    """Every append and attention kernel of the step runs inside the one captured function;
-    the step itself launches none outside it."""
+@pytest.mark.parametrize(("rows", "splits"), [(64, 1), (1, 16)])
+def test_cuda_step_is_one_captured_graph(rows: int, splits: int) -> None:
+    """Every append and attention kernel of the step runs inside the one captured function
+    but the last kernel (see build_decode_attention_step): the last attention, or with
+    split KV the last merge."""
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}, host="llvm")
     shape = DecodeAttentionShape(32, 8, 128, "bfloat16")
-    mod = build_decode_attention_step(shape, LAYERS, 64, 64, 4096, target)
+    mod = build_decode_attention_step(shape, LAYERS, rows, 64, 4096, target, splits)
     with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
         lowered = lowering_pipeline(target)(mod)
     captured = [gv.name_hint for gv in lowered.functions if gv.name_hint.endswith("_capture")]
@@ -139,6 +151,9 @@ def test_cuda_step_is_one_captured_graph() -> None:
     step = lowered[STEP_FUNCTION].script()
     capture = lowered[captured[0]].script()
     assert step.count("vm.builtin.cuda_graph.run_or_capture") == 1
-    for kernel in (f"{APPEND_KERNEL}(", f"{DECODE_KERNEL}("):
-        assert kernel not in step
-        assert capture.count(kernel) == LAYERS
+    assert (step.count(f"{APPEND_KERNEL}("), capture.count(f"{APPEND_KERNEL}(")) == (0, LAYERS)
+    outside = 1 if splits == 1 else 0
+    assert (step.count(f"{DECODE_KERNEL}("), capture.count(f"{DECODE_KERNEL}(")) == (
+        outside,
+        LAYERS - outside,
+    )

@@ -8,8 +8,8 @@ TVM's cache launches (`tir_kv_cache_transpose_append`, `batch_decode_paged_kv`) 
 fixed address (the KV pages, and runtime/kv/decode_step_buffers.py's metadata views), so the
 whole step becomes one captured region: the graph records the addresses once and replays.
 
-The function is marked `num_input = 0`: to `RewriteCUDAGraph` every argument is static, as
-weights are. That is a promise the caller keeps: the same tensors on every call of a
+The function is marked `num_input = 1`: to `RewriteCUDAGraph` every argument after q is
+static, as weights are. That is a promise the caller keeps: the same tensors on every call of a
 bucket (new values copied into them, never new tensors), or a replay reads the old ones.
 
 RoPE is not applied here (`rotary_mode` 0): q and k arrive rotated, as the model's own
@@ -18,6 +18,7 @@ rotary kernel leaves them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -84,6 +85,27 @@ def decode_attention_kernels(
     )
 
 
+def _merge_parts(
+    output: relax.Expr, lse: relax.Expr, rows: int, splits: int, shape: DecodeAttentionShape
+) -> relax.Expr:
+    """The attention of each row from its `splits` parts: their outputs weighed by
+    exp2(lse - max lse) (the kernel's lse is in log2 units), in fp32. An empty part's lse of
+    -5e4 weighs nothing beside a part with keys."""
+    op = relax.op
+    heads, dim = shape.num_q_heads, shape.head_dim
+    parts = op.astype(op.reshape(output, (rows, splits, heads, dim)), "float32")
+    lse = op.reshape(lse, (rows, splits, heads))
+    weights = op.exp(
+        op.multiply(
+            op.subtract(lse, op.max(lse, axis=1, keepdims=True)),
+            relax.const(math.log(2), "float32"),
+        )
+    )
+    total = op.sum(op.multiply(parts, op.expand_dims(weights, -1)), axis=1)
+    merged = op.divide(total, op.expand_dims(op.sum(weights, axis=1), -1))
+    return op.astype(merged, shape.dtype)
+
+
 def build_decode_attention_step(
     shape: DecodeAttentionShape,
     layers: int,
@@ -91,41 +113,47 @@ def build_decode_attention_step(
     pages_per_row: int,
     num_pages: int,
     target: tvm.target.Target,
+    splits: int = 1,
 ) -> tvm.IRModule:
-    """A module with `decode_attention_step(q, k, v, <metadata>, output, lse, pages_0 ..
-    pages_{L-1})`.
+    """A module with `decode_attention_step(q, k, v, <metadata>, pages_0 .. pages_{L-1})`.
 
     Each layer appends k and v at the rows' append slots of its pages, then attends with the
     previous layer's output as its query (so the layers depend on each other as a model's
-    do). The last layer writes into `output` [rows, q heads, head dim] and `lse` in place,
-    buffers the caller keeps, and returns them: a value the function allocated itself would
-    stay outside the captured graph, and its last kernel with it. This is the attention of
-    a decode step in isolation: what the model's decode function emits per layer, to test
-    and to time capture with."""
+    do); the result is the last layer's output [rows, q heads, head dim]. With `splits` > 1
+    each row's keys are attended in that many parts (runtime/kv/decode_step_buffers.py)
+    and merged. This is the attention of a decode step in isolation: what the model's decode
+    function emits per layer, to test and to time capture with.
+
+    Two kernels stay outside the graph, both for TVM 0.27's `RewriteCUDAGraph`, which (seen
+    lowering this function) fetches a captured region's buffers only after the region when
+    the region starts at the function's first binding, and drops the region's outputs when
+    they are the function's result. So the step starts with a kernel reading its one
+    dynamic input (q), and its last kernel writes a fresh result."""
     append, decode = decode_attention_kernels(shape, target)
     tensor = relax.TensorType
+    parts = rows * splits
     q = relax.Var("q", tensor((rows, shape.num_q_heads, shape.head_dim), shape.dtype))
     kv_type = tensor((rows, shape.num_kv_heads, shape.head_dim), shape.dtype)
     k, v = relax.Var("k", kv_type), relax.Var("v", kv_type)
-    lengths = dict(
-        zip(METADATA_ARGUMENTS, (rows + 1, rows * pages_per_row, rows, rows, rows), strict=True)
-    )
-    metadata = [relax.Var(name, tensor((length,), "int32")) for name, length in lengths.items()]
+    sizes = (parts + 1, rows * pages_per_row, parts, parts, rows)
+    metadata = [
+        relax.Var(name, tensor((size,), "int32"))
+        for name, size in zip(METADATA_ARGUMENTS, sizes, strict=True)
+    ]
     indptr, values, last_page_len, positions, append_slots = metadata
     pages = [relax.Var(f"pages_{layer}", shape.pages_type(num_pages)) for layer in range(layers)]
     out_type = [
-        tensor((rows, shape.num_q_heads, shape.head_dim), shape.dtype),
-        tensor((rows, shape.num_q_heads), "float32"),
+        tensor((parts, shape.num_q_heads, shape.head_dim), shape.dtype),
+        tensor((parts, shape.num_q_heads), "float32"),
     ]
-    output, lse = relax.Var("output", out_type[0]), relax.Var("lse", out_type[1])
-    arguments = [q, k, v, *metadata, output, lse, *pages]
     builder = relax.BlockBuilder()
-    with builder.function(STEP_FUNCTION, arguments, attrs={"num_input": 0}):
+    with builder.function(STEP_FUNCTION, [q, k, v, *metadata, *pages], attrs={"num_input": 1}):
         append_var = builder.add_func(append, APPEND_KERNEL)
         decode_var = builder.add_func(decode, DECODE_KERNEL)
         with builder.dataflow():
-            query: relax.Expr = q
-            for layer, layer_pages in enumerate(pages):
+            # q read by a kernel, exactly (a plain copy would lower to a view, no kernel).
+            query: relax.Expr = builder.emit(relax.op.negative(relax.op.negative(q)))
+            for layer_pages in pages:
                 written = builder.emit(
                     relax.call_tir_inplace(
                         append_var,
@@ -134,15 +162,15 @@ def build_decode_attention_step(
                         out_ty=layer_pages.ty,
                     )
                 )
-                inputs = [query, written, indptr, values, last_page_len, positions, positions]
-                if layer < layers - 1:
-                    call = relax.call_tir(decode_var, inputs, out_ty=out_type)
-                else:
-                    call = relax.call_tir_inplace(
-                        decode_var, [*inputs, output, lse], inplace_indices=[7, 8], out_ty=out_type
+                part_query = query if splits == 1 else relax.op.repeat(query, splits, axis=0)
+                inputs = [part_query, written, indptr, values, last_page_len, positions, positions]
+                attended = builder.emit(relax.call_tir(decode_var, inputs, out_ty=out_type))
+                output = relax.TupleGetItem(attended, 0)
+                if splits > 1:
+                    output = _merge_parts(
+                        output, relax.TupleGetItem(attended, 1), rows, splits, shape
                     )
-                attended = builder.emit(call)
-                query = builder.emit(relax.TupleGetItem(attended, 0))
-            result = builder.emit_output(attended)
+                query = builder.emit(output)
+            result = builder.emit_output(query)
         builder.emit_func_output(result)
     return builder.get()

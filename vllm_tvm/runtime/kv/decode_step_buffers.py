@@ -10,18 +10,25 @@ one host array and copies it over with one host-to-device copy. The views handed
 compiled step never move, which is what a captured graph needs: it replays the addresses it
 was recorded with.
 
-Layout of the buffer (int32, `rows` = the bucket's size, `P` = pages a row may hold):
+Split KV: one row's pages are cut into `splits` consecutive chunks, each attended by its
+own *part* (a row of the kernel's batch: rows * splits parts), and the parts' results are
+merged by their log-sum-exp afterwards. Why: TVM's decode kernel runs one thread block per
+(part, KV head), so a lone row of 8 KV heads kept 8 of the H200's 132 multiprocessors busy.
+
+Layout of the buffer (int32, `rows` = the bucket's size, `S` = splits, `P` = pages a row
+may hold):
 
 | part | length | meaning |
 |---|---|---|
-| `page_indptr` | rows + 1 | CSR offsets of each row's pages in `page_values` |
+| `page_indptr` | rows * S + 1 | CSR offsets of each part's pages in `page_values` |
 | `page_values` | rows * P | the pages of every row, row after row (unused tail zero) |
-| `last_page_len` | rows | tokens in each row's last page, the new token included |
-| `positions` | rows | each row's new token's position (its RoPE position) |
+| `last_page_len` | rows * S | tokens in each part's last page (full, but in a row's last part) |
+| `positions` | rows * S | the row's new token's position, for each of its parts (RoPE) |
 | `append_slots` | rows | where the new token's K/V go: page * page_size + offset |
 
-A row past the step's batch (padding up to the bucket) has no pages (so the kernel reads no
-key and writes zeros) and append slot -1 (so the append kernel skips it).
+A part with no pages (padding rows up to the bucket, chunks past a short row's end) makes
+the kernel read no key and write zeros with a log-sum-exp of -5e4, which the merge weighs
+zero; a padding row's append slot is -1, which the append kernel skips.
 """
 
 from __future__ import annotations
@@ -42,22 +49,27 @@ class DecodeStepLayout:
 
     rows: int
     pages_per_row: int
+    splits: int = 1
+
+    @property
+    def parts(self) -> int:
+        return self.rows * self.splits
 
     @property
     def page_indptr(self) -> tuple[int, int]:
-        return 0, self.rows + 1
+        return 0, self.parts + 1
 
     @property
     def page_values(self) -> tuple[int, int]:
-        return self.rows + 1, self.rows * self.pages_per_row
+        return self.parts + 1, self.rows * self.pages_per_row
 
     @property
     def last_page_len(self) -> tuple[int, int]:
-        return self._after(self.page_values), self.rows
+        return self._after(self.page_values), self.parts
 
     @property
     def positions(self) -> tuple[int, int]:
-        return self._after(self.last_page_len), self.rows
+        return self._after(self.last_page_len), self.parts
 
     @property
     def append_slots(self) -> tuple[int, int]:
@@ -103,21 +115,18 @@ def pack_decode_step(
             raise ValueError(
                 f"row {row} needs {needed} pages; the bucket holds {layout.pages_per_row} a row"
             )
+    part_pages, part_last = _split_rows(pages, lengths, layout, page_size)
     start, _ = layout.page_indptr
-    indptr = np.zeros(layout.rows + 1, np.int64)
-    indptr[1 : batch + 1] = np.cumsum(pages)
-    indptr[batch + 1 :] = indptr[batch]
-    packed[start : start + layout.rows + 1] = indptr
+    packed[start + 1 : start + layout.parts + 1] = np.cumsum(part_pages)
     start, _ = layout.page_values
     flat = [
         page for table, needed in zip(block_tables, pages, strict=True) for page in table[:needed]
     ]
     packed[start : start + len(flat)] = flat
-    last = lengths - (pages - 1) * page_size
     start, _ = layout.last_page_len
-    packed[start : start + batch] = last
+    packed[start : start + layout.parts] = part_last
     start, _ = layout.positions
-    packed[start : start + batch] = lengths - 1
+    packed[start : start + batch * layout.splits] = np.repeat(lengths - 1, layout.splits)
     start, _ = layout.append_slots
     slots = np.full(layout.rows, SKIPPED_SLOT, np.int64)
     for row, table in enumerate(block_tables):
@@ -125,6 +134,27 @@ def pack_decode_step(
         slots[row] = table[position // page_size] * page_size + position % page_size
     packed[start : start + layout.rows] = slots
     return packed
+
+
+def _split_rows(
+    pages: np.ndarray, lengths: np.ndarray, layout: DecodeStepLayout, page_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pages and last-page length of every part: row r's `pages[r]` pages cut into
+    `splits` consecutive chunks of ceil(pages / splits) (the last ones may be short or
+    empty); only the row's final chunk ends in a partly filled page."""
+    part_pages = np.zeros(layout.parts, np.int64)
+    part_last = np.zeros(layout.parts, np.int64)
+    for row, (count, length) in enumerate(zip(pages.tolist(), lengths.tolist(), strict=True)):
+        chunk = -(-count // layout.splits)
+        for split in range(layout.splits):
+            taken = max(0, min(chunk, count - split * chunk))
+            part = row * layout.splits + split
+            part_pages[part] = taken
+            ends_row = taken and split * chunk + taken == count
+            part_last[part] = (
+                length - (count - 1) * page_size if ends_row else page_size * bool(taken)
+            )
+    return part_pages, part_last
 
 
 class DecodeStepBuffers:
@@ -140,9 +170,10 @@ class DecodeStepBuffers:
         pages_per_row: int,
         page_size: int,
         to_device: Callable[[np.ndarray], Any],
+        splits: int = 1,
     ) -> None:
         """`to_device(array)`: a device tensor holding `array` (the runner's)."""
-        self.layout = DecodeStepLayout(rows, pages_per_row)
+        self.layout = DecodeStepLayout(rows, pages_per_row, splits)
         self.page_size = page_size
         self._host = np.zeros(self.layout.size, np.int32)
         self.device = to_device(self._host)
