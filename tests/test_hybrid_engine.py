@@ -90,3 +90,24 @@ def test_preempted_sequences_recompute_to_the_same_tokens(checkpoint, make_hybri
     llm = make_hybrid_llm(num_blocks=8, block_size=16, max_model_len=128)
     assert _tokens(llm, prompts) == expected
     assert llm.engine.metrics.snapshot().num_preemptions > 0
+
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
+REPEATING = [[5, 17, 5, 17, 5, 17, 5, 17] * 4, [3, 9, 44] * 25, [60] * 12]
+"""Prompts n-gram lookup drafts from at once (the random ones only once outputs repeat)."""
+
+
+@pytest.mark.parametrize("preempted", [False, True])
+def test_ngram_speculation_changes_no_greedy_token(
+    preempted: bool, checkpoint, make_hybrid_llm
+) -> None:
+    # Drafts accepted and rejected: each rejection rolls the recurrent state back to its
+    # snapshot and recomputes the accepted tokens (runtime/speculative/speculator.py).
+    _, prompts, expected = checkpoint
+    sizes = {"num_blocks": 8, "block_size": 16, "max_model_len": 128} if preempted else {}
+    plain = _tokens(make_hybrid_llm(), REPEATING)
+    llm = make_hybrid_llm(speculative_config=NGRAM, **sizes)
+    assert _tokens(llm, [*prompts, *REPEATING]) == [*expected, *plain]
+    stats = llm.engine.metrics.snapshot()
+    assert 0 < stats.spec_decode_num_accepted_tokens < stats.spec_decode_num_draft_tokens
+    assert (stats.num_preemptions > 0) == preempted
