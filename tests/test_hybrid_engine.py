@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from engine_helpers import assert_all_blocks_free
-from hybrid_checkpoints import SHAPE, hf_hybrid_model
+from hybrid_checkpoints import SHAPE, greedy_continuations, hf_hybrid_model
 
 from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT
 from vllm_tvm.entrypoints.llm import LLM
@@ -37,20 +36,7 @@ def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     hf.save_pretrained(directory)
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, SHAPE["vocab_size"], n).tolist() for n in PROMPT_LENGTHS]
-    expected = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([prompt])
-            out = hf.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-            expected.append(out[0, len(prompt) :].tolist())
-    return directory, prompts, expected
+    return directory, prompts, greedy_continuations(hf, prompts, NEW_TOKENS)
 
 
 @pytest.fixture
