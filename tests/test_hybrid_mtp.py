@@ -24,8 +24,9 @@ from hybrid_checkpoints import SHAPE, add_mtp_layer, greedy_continuations, hf_hy
 from safetensors.torch import load_file
 from speculative_scenarios import assert_head_cache_empty
 
-from vllm_tvm.artifacts.speculative_roles import HYBRID_MTP_ARCHITECTURE
+from vllm_tvm.artifacts.speculative_roles import HYBRID_MTP_ARCHITECTURE, MTP_HEAD
 from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT
+from vllm_tvm.compiler.speculative_variants import family_for_role
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.speculative.head_runner import HeadRunner
@@ -173,3 +174,10 @@ def test_layer_logits_equal_transformers_modules(checkpoint, make_mtp_llm, monke
     assert chunks == [[*prompt[1:], first]]  # token p + 1 at the layer's position p
     reference = _reference_layer_logits(directory, hf, [*prompt, first])
     np.testing.assert_allclose(logits[0], reference[-1], atol=1e-4, rtol=0)
+
+
+def test_a_checkpoint_with_several_mtp_layers_is_refused_by_name() -> None:
+    config = {"architectures": [QWEN3_5], **SHAPE, "mtp_num_hidden_layers": 2}
+    with pytest.raises(ValueError, match="mtp_num_hidden_layers=2: MTP drafting supports"):
+        family_for_role(config, MTP_HEAD)
+    assert family_for_role({**config, "mtp_num_hidden_layers": 1}, MTP_HEAD).name == "hybrid-mtp"

@@ -26,13 +26,18 @@ from vllm_tvm.artifacts.speculative_roles import (
     SPECULATIVE_ROLES,
 )
 from vllm_tvm.checkpoints.eagle3_config import EAGLE3_CHECKPOINT_ARCHITECTURES
+from vllm_tvm.checkpoints.families.qwen3_next import decoder_config
 from vllm_tvm.model_defs.architectures import ModelFamily, family_for
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.deepseek_mtp import DeepseekMTP, mtp_weight_sources
 from vllm_tvm.model_defs.eagle import EagleHead, eagle_weight_sources
 from vllm_tvm.model_defs.eagle3 import Eagle3Head, eagle3_weight_sources, parse_eagle3_head_config
 from vllm_tvm.model_defs.qwen3_next_config import HybridConfig
-from vllm_tvm.model_defs.qwen3_next_mtp import HybridMTP, hybrid_mtp_weight_sources
+from vllm_tvm.model_defs.qwen3_next_mtp import (
+    HybridMTP,
+    check_one_mtp_layer,
+    hybrid_mtp_weight_sources,
+)
 
 ROLE_FAMILIES = {
     HIDDEN_STATES_TARGET: ("llama", "deepseek", "hybrid"),
@@ -98,6 +103,7 @@ def family_for_role(config: dict[str, Any], role: str | None) -> ModelFamily:
             family, name="eagle", build_model=EagleHead, weight_sources=eagle_weight_sources
         )
     if role == MTP_HEAD and family.name == "hybrid":  # full attention only: no state
+        check_one_mtp_layer(decoder_config(config))
         mtp = replace(family, name="hybrid-mtp", build_model=HybridMTP, recurrent=False)
         return replace(mtp, config_weight_sources=hybrid_mtp_weight_sources)
     if role == MTP_HEAD:

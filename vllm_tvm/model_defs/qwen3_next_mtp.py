@@ -39,10 +39,21 @@ from vllm_tvm.model_defs.moe import moe_weight_sources
 from vllm_tvm.model_defs.qwen3_next import HybridDecoderLayer
 from vllm_tvm.model_defs.qwen3_next_config import HybridConfig
 
+MTP_LAYER_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+"""How Qwen3-Next and Qwen3.5 configs say how many MTP layers the checkpoint holds."""
 MTP_PREFIX = "mtp."
 """Where hybrid checkpoints keep the MTP layer's tensors (the `model.` names otherwise)."""
 SHARED_WITH_TARGET = ("model.embed_tokens.weight", "lm_head.weight")
 """The head's parameters named as the target's (supplied by it when the checkpoint lacks them)."""
+
+
+def check_one_mtp_layer(config: dict[str, Any]) -> None:
+    """Refuse by name a decoder config with more than one MTP layer: vLLM runs layer
+    (draft index mod layers), this definition holds one."""
+    for key in MTP_LAYER_COUNT_KEYS:
+        count = int(config.get(key) or 1)
+        if count > 1:
+            raise ValueError(f"{key}={count}: MTP drafting supports checkpoints with one MTP layer")
 
 
 def mtp_layer_config(config: HybridConfig) -> HybridConfig:
