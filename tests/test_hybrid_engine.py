@@ -97,3 +97,9 @@ def test_ngram_speculation_changes_no_greedy_token(
     stats = llm.engine.metrics.snapshot()
     assert 0 < stats.spec_decode_num_accepted_tokens < stats.spec_decode_num_draft_tokens
     assert (stats.num_preemptions > 0) == preempted
+
+
+def test_a_draft_model_with_recurrent_state_is_refused_by_name(checkpoint) -> None:
+    draft = {"method": "draft_model", "model": str(checkpoint[0]), "num_speculative_tokens": 2}
+    with pytest.raises(ValueError, match=r"keeps recurrent state \(gated_delta_net\): draft"):
+        LLM(checkpoint[0], **ENGINE, max_model_len=256, speculative_config=draft)
