@@ -1,10 +1,16 @@
 """Tiny random hybrid checkpoints (Qwen3-Next, Qwen3.5, Qwen3.5-MoE) as transformers builds
 them: the oracle models of the hybrid tests, on shapes that exercise GQA, partial rotary,
-tied and untied heads, a shared expert and alternating linear / full layers."""
+tied and untied heads, a shared expert and alternating linear / full layers; their greedy
+continuations; and the MTP layer transformers does not model, written into a saved
+checkpoint under `mtp.` as vLLM reads it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import torch
+from safetensors.numpy import load_file, save_file
 
 from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_NEXT
 
@@ -63,3 +69,52 @@ def hf_hybrid_model(architecture: str) -> torch.nn.Module:
             if name.endswith("A_log"):
                 param.copy_(torch.log(torch.rand(param.shape, generator=generator) * 4 + 0.5))
     return model.float().eval()
+
+
+def greedy_continuations(
+    hf: torch.nn.Module, prompts: list[list[int]], new_tokens: int
+) -> list[list[int]]:
+    """transformers' greedy `generate` of each prompt alone (no EOS)."""
+    out_tokens = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])
+            out = hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+            out_tokens.append(out[0, len(prompt) :].tolist())
+    return out_tokens
+
+
+def add_mtp_layer(directory: Path, hf: torch.nn.Module) -> None:
+    """Write a random MTP layer into `directory`'s model.safetensors as Qwen3-Next / Qwen3.5
+    checkpoints store it (vLLM's qwen3_next_mtp.py): `mtp.fc` [hidden, 2 * hidden], the
+    zero-centred norms `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`, `mtp.norm`,
+    and `mtp.layers.0.*`, a full-attention layer whose feed-forward is of layer 0's kind
+    (tensors of the target's first full layer and of layer 0's mlp, rescaled at random)."""
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    config = hf.config
+    full = list(config.layer_types).index("full_attention")
+    rng = np.random.default_rng(7)
+    size = config.hidden_size
+    mtp = {
+        "mtp.fc.weight": rng.standard_normal((size, 2 * size)) * 0.2,
+        **{
+            f"mtp.{norm}.weight": rng.standard_normal(size) * 0.2
+            for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")
+        },
+    }
+    for name, value in tensors.items():
+        for prefix in (f"model.layers.{full}.", "model.layers.0."):
+            rest = name.removeprefix(prefix)
+            wanted = rest.startswith("mlp.") == (prefix == "model.layers.0.")
+            if name.startswith(prefix) and wanted:
+                mtp[f"mtp.layers.0.{rest}"] = value * rng.uniform(0.5, 1.5)
+    tensors.update({name: np.asarray(value, np.float32) for name, value in mtp.items()})
+    save_file(tensors, path, metadata={"format": "pt"})

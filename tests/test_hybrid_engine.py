@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from engine_helpers import assert_all_blocks_free
-from hybrid_checkpoints import SHAPE, hf_hybrid_model
+from hybrid_checkpoints import SHAPE, greedy_continuations, hf_hybrid_model
 
 from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT
 from vllm_tvm.entrypoints.llm import LLM
@@ -37,20 +36,7 @@ def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     hf.save_pretrained(directory)
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, SHAPE["vocab_size"], n).tolist() for n in PROMPT_LENGTHS]
-    expected = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([prompt])
-            out = hf.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-            expected.append(out[0, len(prompt) :].tolist())
-    return directory, prompts, expected
+    return directory, prompts, greedy_continuations(hf, prompts, NEW_TOKENS)
 
 
 @pytest.fixture
@@ -90,3 +76,30 @@ def test_preempted_sequences_recompute_to_the_same_tokens(checkpoint, make_hybri
     llm = make_hybrid_llm(num_blocks=8, block_size=16, max_model_len=128)
     assert _tokens(llm, prompts) == expected
     assert llm.engine.metrics.snapshot().num_preemptions > 0
+
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
+REPEATING = [[5, 17, 5, 17, 5, 17, 5, 17] * 4, [3, 9, 44] * 25, [60] * 12]
+"""Prompts n-gram lookup drafts from at once (the random ones only once outputs repeat)."""
+
+
+@pytest.mark.parametrize("preempted", [False, True])
+def test_ngram_speculation_changes_no_greedy_token(
+    preempted: bool, checkpoint, make_hybrid_llm
+) -> None:
+    # Drafts accepted and rejected: each rejection rolls the recurrent state back to its
+    # snapshot and recomputes the accepted tokens (runtime/speculative/speculator.py).
+    _, prompts, expected = checkpoint
+    sizes = {"num_blocks": 8, "block_size": 16, "max_model_len": 128} if preempted else {}
+    plain = _tokens(make_hybrid_llm(), REPEATING)
+    llm = make_hybrid_llm(speculative_config=NGRAM, **sizes)
+    assert _tokens(llm, [*prompts, *REPEATING]) == [*expected, *plain]
+    stats = llm.engine.metrics.snapshot()
+    assert 0 < stats.spec_decode_num_accepted_tokens < stats.spec_decode_num_draft_tokens
+    assert (stats.num_preemptions > 0) == preempted
+
+
+def test_a_draft_model_with_recurrent_state_is_refused_by_name(checkpoint) -> None:
+    draft = {"method": "draft_model", "model": str(checkpoint[0]), "num_speculative_tokens": 2}
+    with pytest.raises(ValueError, match=r"keeps recurrent state \(gated_delta_net\): draft"):
+        LLM(checkpoint[0], **ENGINE, max_model_len=256, speculative_config=draft)

@@ -3,7 +3,8 @@ with fixed logits whose forwards read and write a real recurrent-state pool on t
 
 Each forward checks, for every batch row, that the row's slot holds exactly its own
 sequence's computed tokens (zero when it has none) and folds the chunk in, so a slot that
-was not zeroed, that two sequences share, or that a preempted sequence keeps, fails. Also:
+was not zeroed, that two sequences share, that a preempted sequence keeps, or that still
+holds a rejected draft (speculative decoding rolls it back to a snapshot), fails. Also:
 the pool's bytes come out of the KV memory budget, `/metrics` shows its usage, and an engine
 whose parts do not fit the model's spec is refused by name.
 """
@@ -51,11 +52,13 @@ SLOT_BYTES = 2 * (16 + 32)
 class HybridNullRunner(NullRunner):
     """Fixed logits; each forward checks and advances its rows' recurrent state."""
 
-    def __init__(self, num_slots: int, max_num_seqs: int, pool_tokens: int) -> None:
+    def __init__(
+        self, num_slots: int, max_num_seqs: int, pool_tokens: int, snapshots: bool = False
+    ) -> None:
         kv = KVCacheConfig(max_num_seqs, pool_tokens, prefill_chunk_size=256)
         super().__init__(VOCAB, 256, kv, argmax_once=False)
         self.spec = replace(self.spec, recurrent_state=STATES, prefix_caching=False)
-        self.recurrent_pool = RecurrentStatePool(STATES, num_slots, tvm.cpu())
+        self.recurrent_pool = RecurrentStatePool(STATES, num_slots, tvm.cpu(), snapshots)
         for pool in [*self.recurrent_pool.conv_pools, *self.recurrent_pool.ssm_pools]:
             pool.copyfrom(np.full(tuple(pool.shape), 7.0, np.float32))  # what memory held
         self.engine: LLMEngine | None = None
@@ -106,8 +109,9 @@ def _engine(
     num_blocks: int = 10,
     prefix_caching: bool = False,
     speculative: SpeculativeConfig | None = None,
+    snapshots: bool = False,
 ) -> tuple[LLMEngine, HybridNullRunner]:
-    runner = HybridNullRunner(num_slots, max_num_seqs, num_blocks * BLOCK_SIZE)
+    runner = HybridNullRunner(num_slots, max_num_seqs, num_blocks * BLOCK_SIZE, snapshots)
     engine = LLMEngine(
         runner,  # type: ignore[arg-type]  # the runner's interface, not its class
         tokenizer=None,
@@ -152,6 +156,26 @@ def test_requests_with_preemption_and_aborts_each_see_only_their_own_state() -> 
     assert runner.rows_checked > 500
 
 
+def test_rejected_drafts_leave_no_trace_in_the_recurrent_state() -> None:
+    # The fixed logits' argmax depends on the row, so n-gram drafts of repeating prompts are
+    # sometimes accepted (the state keeps them) and sometimes not (it goes back to its
+    # snapshot and the accepted tokens are recomputed); every forward checks the state.
+    speculative = SpeculativeConfig("ngram", 3, prompt_lookup_min=1, prompt_lookup_max=2)
+    engine, runner = _engine(num_blocks=16, speculative=speculative, snapshots=True)
+    rng = random.Random(1)
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    for _ in range(10):
+        pattern = [rng.randrange(VOCAB) for _ in range(rng.randint(1, 3))]
+        engine.add_request(None, pattern * rng.randint(2, 12), params)
+    while engine.has_unfinished:
+        engine.step()
+    stats = engine.metrics.snapshot()
+    accepted, drafted = stats.spec_decode_num_accepted_tokens, stats.spec_decode_num_draft_tokens
+    assert 0 < accepted < drafted and stats.request_success["length"] == 10
+    assert engine.block_manager.recurrent_slots.num_free == 4  # type: ignore[union-attr]
+    assert runner.rows_checked > 50
+
+
 def test_metrics_expose_the_recurrent_state_pool_only_for_models_that_keep_one() -> None:
     engine, _ = _engine(num_slots=4)
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
@@ -169,7 +193,7 @@ def test_metrics_expose_the_recurrent_state_pool_only_for_models_that_keep_one()
 def test_an_engine_whose_parts_do_not_fit_the_spec_is_refused() -> None:
     with pytest.raises(ValueError, match="prefix caching is on, but the model's runtime spec"):
         _engine(prefix_caching=True)
-    with pytest.raises(ValueError, match=r"speculative decoding \(ngram\) is not supported"):
+    with pytest.raises(ValueError, match=r"speculative decoding \(ngram\) over recurrent state"):
         _engine(speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=2))
     with pytest.raises(ValueError, match="max_num_seqs 6 exceeds the 4 recurrent-state slots"):
         _engine(num_slots=4, max_num_seqs=6)

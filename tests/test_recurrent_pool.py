@@ -1,5 +1,6 @@
 """The recurrent-state pool on the CPU, through TVM's runtime arrays: sized from the spec,
-a slot zeroed on its own, the forward handed distinct int32 slots and every layer's pools."""
+a slot zeroed on its own, the forward handed distinct int32 slots and every layer's pools,
+a slot's snapshot restored exactly (speculative decoding)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ STATES = (
 )
 
 
-def _filled_pool(num_slots: int) -> tuple[RecurrentStatePool, list[np.ndarray]]:
+def _filled_pool(
+    num_slots: int, snapshots: bool = False
+) -> tuple[RecurrentStatePool, list[np.ndarray]]:
     """A pool whose every value is set (from a seeded generator); the host copies."""
-    pool = RecurrentStatePool(STATES, num_slots, tvm.cpu())
+    pool = RecurrentStatePool(STATES, num_slots, tvm.cpu(), snapshots)
     rng = np.random.default_rng(0)
     host = []
     for device_pool in [*pool.conv_pools, *pool.ssm_pools]:
@@ -47,6 +50,21 @@ def test_the_pool_holds_every_layer_at_the_spec_bytes() -> None:
     assert len(pool.conv_pools) == len(pool.ssm_pools) == 3
     assert pool.nbytes == 5 * state_bytes_per_slot(STATES)
     assert all(p.dtype == "float32" and p.device == tvm.cpu() for p in pool.conv_pools)
+
+
+def test_a_restored_snapshot_is_the_state_saved_and_touches_no_other_slot() -> None:
+    pool, before = _filled_pool(3, snapshots=True)
+    assert pool.nbytes == 2 * 3 * state_bytes_per_slot(STATES)
+    pool.save(1)
+    for device_pool in [*pool.conv_pools, *pool.ssm_pools]:  # a verify forward's update
+        values = device_pool.numpy()
+        values[1] = -1.0
+        device_pool.copyfrom(values)
+    pool.restore(1)
+    for device_pool, values in zip([*pool.conv_pools, *pool.ssm_pools], before, strict=True):
+        np.testing.assert_array_equal(device_pool.numpy()[:3], values[:3])
+    with pytest.raises(ValueError, match="keeps no snapshots"):
+        RecurrentStatePool(STATES, 2, tvm.cpu()).save(0)
 
 
 def test_zeroing_a_slot_clears_it_in_every_pool_and_nothing_else() -> None:

@@ -161,7 +161,7 @@ def test_layer_logits_equal_transformers(make_mtp_llm, checkpoints, monkeypatch)
 @pytest.mark.parametrize(
     ("name", "role", "message"),
     [
-        ("llama", MTP_HEAD, "cannot be built as mtp_head: supported for deepseek models"),
+        ("llama", MTP_HEAD, "cannot be built as mtp_head: supported for deepseek, hybrid models"),
         (TARGET, EAGLE_HEAD, "cannot be built as eagle_head: supported for llama models"),
     ],
 )

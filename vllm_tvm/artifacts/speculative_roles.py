@@ -11,7 +11,9 @@ those (AUX_HIDDEN_STATES_TARGET; which layers, checkpoints/eagle3_config.py, is 
 build).
 The EAGLE heads are checkpoints of their own, built as EAGLE_HEAD_ARCHITECTURE
 (model_defs/eagle.py) and EAGLE3_HEAD_ARCHITECTURE (model_defs/eagle3.py); the MTP layer is
-read from the target's checkpoint, built as MTP_ARCHITECTURE (model_defs/deepseek_mtp.py).
+read from the target's checkpoint, built as MTP_ARCHITECTURE (model_defs/deepseek_mtp.py) for
+DeepSeek-V3 and as HYBRID_MTP_ARCHITECTURE (model_defs/qwen3_next_mtp.py) for the Qwen3-Next
+and Qwen3.5 / Qwen3.6 hybrids.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ EAGLE_HEAD = "eagle_head"
 """An EAGLE-1 head checkpoint (fc over [embedding, hidden state], decoder layers, no norm)."""
 
 MTP_HEAD = "mtp_head"
-"""A DeepSeek-V3 checkpoint's MTP layer (layer `num_hidden_layers`)."""
+"""A checkpoint's MTP layer: DeepSeek-V3's (layer `num_hidden_layers`), a hybrid's (`mtp.`)."""
 
 AUX_HIDDEN_STATES_TARGET = "aux_hidden_states_target"
 """A target model whose HIDDEN_STATES_FUNCTION returns, instead of its final-norm hidden
@@ -54,7 +56,11 @@ EAGLE_HEAD_ARCHITECTURE = "EagleLlamaForCausalLM"
 """The manifest architecture of an EAGLE head artifact (vLLM's name for it)."""
 
 MTP_ARCHITECTURE = "DeepSeekMTPModel"
-"""The manifest architecture of an MTP layer artifact (vLLM's name for it)."""
+"""The manifest architecture of a DeepSeek-V3 MTP layer artifact (vLLM's name for it)."""
+
+HYBRID_MTP_ARCHITECTURE = "Qwen3NextMTP"
+"""The manifest architecture of a Qwen3-Next / Qwen3.5 MTP layer artifact (vLLM's name for
+the Qwen3-Next one; one definition serves both)."""
 
 EAGLE3_HEAD_ARCHITECTURE = "Eagle3LlamaForCausalLM"
 """The manifest architecture of an EAGLE-3 head artifact (vLLM's name for it)."""
@@ -64,7 +70,16 @@ HEAD_ARCHITECTURES = {
     "eagle3": EAGLE3_HEAD_ARCHITECTURE,
     "mtp": MTP_ARCHITECTURE,
 }
-"""The artifact architecture each method's head is built as."""
+"""The artifact architecture each method's head is built as (MTP: also HEAD_ALTERNATIVES)."""
+
+HEAD_ALTERNATIVES = {"mtp": (HYBRID_MTP_ARCHITECTURE,)}
+"""Further artifact architectures a method's head may be built as (by the target's family)."""
+
+
+def head_architectures(method: str) -> tuple[str, ...]:
+    """Every artifact architecture a head of `method` may have."""
+    return (HEAD_ARCHITECTURES[method], *HEAD_ALTERNATIVES.get(method, ()))
+
 
 HEAD_ROLES = {"eagle": EAGLE_HEAD, "eagle3": EAGLE3_HEAD, "mtp": MTP_HEAD}
 """The build role of each method's head."""

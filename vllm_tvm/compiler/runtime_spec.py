@@ -28,7 +28,11 @@ from vllm_tvm.artifacts.runtime_spec import (
     RecurrentStateSpec,
     RuntimeSpec,
 )
-from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES, HIDDEN_STATES_FUNCTION
+from vllm_tvm.artifacts.speculative_roles import (
+    HEAD_ARCHITECTURES,
+    HIDDEN_STATES_FUNCTION,
+    head_architectures,
+)
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.gated_delta_net import STATE_DTYPE
 from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
@@ -131,7 +135,7 @@ def _hidden_states(config: Any, functions: list[str]) -> HiddenStatesSpec | None
 
 def _draft_head(config: Any) -> DraftHeadSpec | None:
     """What a head reads of its target (model_defs/eagle3.py's config for EAGLE-3)."""
-    if config.architecture not in HEAD_ARCHITECTURES.values():
+    if not any(config.architecture in head_architectures(method) for method in HEAD_ARCHITECTURES):
         return None
     return DraftHeadSpec(
         getattr(config, "draft_vocab_size", config.vocab_size),

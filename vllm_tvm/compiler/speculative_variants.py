@@ -20,26 +20,34 @@ from vllm_tvm.artifacts.speculative_roles import (
     EAGLE_HEAD,
     EAGLE_HEAD_ARCHITECTURE,
     HIDDEN_STATES_TARGET,
+    HYBRID_MTP_ARCHITECTURE,
     MTP_ARCHITECTURE,
     MTP_HEAD,
     SPECULATIVE_ROLES,
 )
 from vllm_tvm.checkpoints.eagle3_config import EAGLE3_CHECKPOINT_ARCHITECTURES
+from vllm_tvm.checkpoints.families.qwen3_next import decoder_config
 from vllm_tvm.model_defs.architectures import ModelFamily, family_for
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.deepseek_mtp import DeepseekMTP, mtp_weight_sources
 from vllm_tvm.model_defs.eagle import EagleHead, eagle_weight_sources
 from vllm_tvm.model_defs.eagle3 import Eagle3Head, eagle3_weight_sources, parse_eagle3_head_config
+from vllm_tvm.model_defs.qwen3_next_config import HybridConfig
+from vllm_tvm.model_defs.qwen3_next_mtp import (
+    HybridMTP,
+    check_one_mtp_layer,
+    hybrid_mtp_weight_sources,
+)
 
 ROLE_FAMILIES = {
-    HIDDEN_STATES_TARGET: ("llama", "deepseek"),
+    HIDDEN_STATES_TARGET: ("llama", "deepseek", "hybrid"),
     AUX_HIDDEN_STATES_TARGET: ("llama",),
     EAGLE_HEAD: ("llama",),
-    MTP_HEAD: ("deepseek",),
+    MTP_HEAD: ("deepseek", "hybrid"),
 }
 """The families each role may be built from: EAGLE heads are Llama layers and draft for
-Llama-family targets, MTP layers are DeepSeek-V3's; EAGLE-3 heads (their own checkpoint
-architecture) draft for Llama-family targets."""
+Llama-family targets, MTP layers are DeepSeek-V3's and the Qwen3-Next / Qwen3.5 hybrids';
+EAGLE-3 heads (their own checkpoint architecture) draft for Llama-family targets."""
 
 ROLE_ARCHITECTURES = {
     EAGLE_HEAD: EAGLE_HEAD_ARCHITECTURE,
@@ -94,6 +102,10 @@ def family_for_role(config: dict[str, Any], role: str | None) -> ModelFamily:
         return replace(
             family, name="eagle", build_model=EagleHead, weight_sources=eagle_weight_sources
         )
+    if role == MTP_HEAD and family.name == "hybrid":  # full attention only: no state
+        check_one_mtp_layer(decoder_config(config))
+        mtp = replace(family, name="hybrid-mtp", build_model=HybridMTP, recurrent=False)
+        return replace(mtp, config_weight_sources=hybrid_mtp_weight_sources)
     if role == MTP_HEAD:
         mtp = replace(family, name="mtp", build_model=DeepseekMTP)
         return replace(mtp, config_weight_sources=mtp_weight_sources)
@@ -108,6 +120,8 @@ def config_for_role(config: Any, role: str | None, aux_hidden_layers: tuple[int,
             f"aux hidden layers {list(aux_hidden_layers)} go with the role "
             f"{AUX_HIDDEN_STATES_TARGET!r} alone (got role {role!r})"
         )
+    if role == MTP_HEAD and isinstance(config, HybridConfig):
+        return replace(config, architecture=HYBRID_MTP_ARCHITECTURE)
     if role in ROLE_ARCHITECTURES:
         return replace(config, architecture=ROLE_ARCHITECTURES[role])
     if role == AUX_HIDDEN_STATES_TARGET:

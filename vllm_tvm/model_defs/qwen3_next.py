@@ -86,8 +86,9 @@ class HybridDecoderLayer(nn.Module):
     """Zero-centred pre-norms around a token mixer and a dense or routed feed-forward."""
 
     def __init__(
-        self, config: HybridConfig, dtype: str, layer: int, kernels: RecurrentKernels
+        self, config: HybridConfig, dtype: str, layer: int, kernels: RecurrentKernels | None
     ) -> None:
+        """`kernels`: the recurrent kernels a Gated DeltaNet layer runs (None: a full layer)."""
         eps = config.rms_norm_eps
         self.input_layernorm = ZeroCentredRMSNorm(config.hidden_size, eps, dtype)
         self.post_attention_layernorm = ZeroCentredRMSNorm(config.hidden_size, eps, dtype)
@@ -99,17 +100,22 @@ class HybridDecoderLayer(nn.Module):
         if self.is_full:
             self.self_attn = GatedAttention(config.attention_options(), dtype)
         else:
+            assert kernels is not None, "a Gated DeltaNet layer needs its kernels"
             self.linear_attn = GatedDeltaNet(config.delta_net_options(), kernels, dtype)
         if layer in config.sparse_layers:
             self.mlp: nn.Module = SparseMoE(config, dtype)
         else:
             self.mlp = LlamaMLP(config, dtype)
 
-    def forward(self, hidden: Tensor, kv_cache: PagedKVCache, states: RecurrentBatch) -> Tensor:
+    def forward(
+        self, hidden: Tensor, kv_cache: PagedKVCache, states: RecurrentBatch | None
+    ) -> Tensor:
+        """`states`: the call's recurrent state (None: a full layer needs none)."""
         normed = self.input_layernorm(hidden)
         if self.is_full:
             mixed = self.self_attn(normed, kv_cache, self.mixer_index)
         else:
+            assert states is not None
             mixed = states.mix(self.linear_attn, self.mixer_index, normed)
         hidden = hidden + mixed
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
@@ -192,6 +198,23 @@ class HybridForCausalLM(PagedCausalLM):
         logits = self.logits(op.take(hidden, logit_positions, axis=1))
         return logits, kv_cache, tuple(states.conv), tuple(states.recurrent)
 
+    def prefill_hidden(  # type: ignore[override]
+        self,
+        input_embed: Tensor,
+        logit_positions: Tensor,
+        kv_cache: PagedKVCache,
+        seq_starts: Tensor,
+        slots: Tensor,
+        conv_states: States,
+        recurrent_states: States,
+    ) -> tuple[Tensor, Tensor, PagedKVCache, States, States]:
+        """`prefill`, and the final-norm hidden states of every token [1, n, hidden] (what
+        the checkpoint's MTP layer reads: qwen3_next_mtp.py)."""
+        states = RecurrentBatch(slots, seq_starts, conv_states, recurrent_states)
+        hidden = self.model(input_embed, kv_cache, states)
+        logits = self.logits(op.take(hidden, logit_positions, axis=1))
+        return logits, hidden, kv_cache, tuple(states.conv), tuple(states.recurrent)
+
     def decode(  # type: ignore[override]
         self,
         input_embed: Tensor,
@@ -238,9 +261,15 @@ class HybridForCausalLM(PagedCausalLM):
             return {**arguments, **extra, **self._pool_specs(batch), "$": paged[name]["$"]}
 
         starts = {"seq_starts": nn.spec.Tensor(["batch_plus_one"], "int32")}
+        hidden = (
+            {"prefill_hidden": extended("prefill_hidden", "batch_size", starts)}
+            if self.exports_hidden_states
+            else {}
+        )
         return {
             "embed": paged["embed"],
             "prefill": extended("prefill", "batch_size", starts),
+            **hidden,
             "decode": extended("decode", "batch_size", {}),
             "decode_single": extended("decode_single", 1, {}),
             "create_kv_cache": paged["create_kv_cache"],

@@ -132,7 +132,10 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     params = _dummy_params(args, manifest)
     checkpoint_ids = stop_token_ids_from_checkpoint(model_path) if model_path.is_dir() else []
     runner = _load_runner(args, manifest, model_path, params)
-    slot_bytes = state_bytes_per_slot(runner.spec.recurrent_state)
+    spec = args.speculative_config
+    # Speculation keeps a snapshot of each slot's state beside it (kv/recurrent_pool.py).
+    snapshots = spec is not None and bool(runner.spec.recurrent_state)
+    slot_bytes = state_bytes_per_slot(runner.spec.recurrent_state) * (2 if snapshots else 1)
     sizes = resolve_pool_sizes(
         block_size=args.block_size,
         kv_bytes_per_token=runner.kv_bytes_per_token,
@@ -150,10 +153,9 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
     )
     max_model_len = fit_max_model_len(args.max_model_len, runner.max_model_len, cache_config)
     runner.resize_kv_cache(cache_config.num_tokens)
-    runner.resize_recurrent_pool(cache_config.recurrent_slots)
+    runner.resize_recurrent_pool(cache_config.recurrent_slots, snapshots)
     scheduler_config = _cap_to_slots(scheduler_config, cache_config)
     budget = min(args.token_budget, runner.kv_config.prefill_chunk_size)
-    spec = args.speculative_config
     draft_runner = None
     if spec is not None and spec.method == "draft_model":
         draft_runner = load_draft_runner(

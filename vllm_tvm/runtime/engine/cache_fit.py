@@ -4,8 +4,9 @@ only where the spec allows it, and for a model with recurrent state the slots th
 Why a module of its own: the builder settles the configuration from the spec, but an engine
 can be built from parts (benchmarks, tests, tools), and a wrong part would not fail loudly:
 a prefix cache shared by a sliding-window or recurrent model gives wrong tokens, and a
-recurrent model run with more sequences than slots, or with drafts whose rejection cannot
-be taken out of its state, too. So the engine checks here, once, before its first step.
+recurrent model run with more sequences than slots, or with drafts over a pool that keeps
+no snapshots (so a rejected draft could not be taken out of the state), too. So the
+engine checks here, once, before its first step.
 
 Prefix caching and recurrent state: a cached block holds KV entries only; the recurrent
 state after it is not kept, so a sequence admitted on a prefix hit would start its state
@@ -42,12 +43,13 @@ def recurrent_slots_for(
             f"the model keeps recurrent state ({kinds}) but its runtime spec allows prefix "
             "caching: cached blocks do not hold that state"
         )
-    if speculative is not None:
-        raise ValueError(
-            f"speculative decoding ({speculative.method}) is not supported for a model with "
-            f"recurrent state ({kinds}): rejected draft tokens cannot be taken out of it yet"
-        )
     pool = runner.recurrent_pool
+    if speculative is not None and pool is not None and not pool.snapshots:
+        raise ValueError(
+            f"speculative decoding ({speculative.method}) over recurrent state ({kinds}) needs "
+            "a recurrent-state pool that keeps a snapshot of each slot, to take rejected "
+            "drafts back out of the state"
+        )
     if pool is None or pool.num_slots != cache.recurrent_slots:
         held = 0 if pool is None else pool.num_slots
         raise ValueError(

@@ -124,6 +124,7 @@ class LLMEngine:
                 scheduler_config.max_num_batched_tokens,
                 max_model_len,
                 draft,
+                None if slots is None else runner.recurrent_pool,
             )
         self.async_scheduling = async_scheduling
         self.appender = TokenAppender(self.metrics, self._fail, self._release, async_scheduling)

@@ -14,6 +14,13 @@ the layer's `[K - 1, conv_dim]` or `[heads, k_dim, v_dim]` is a free reshape (`v
 Layers are ordered as the spec lists them: kind by kind, layer by layer within a kind.
 A slot is zeroed by copying, on the device, a zero row kept beside the pools (one per row
 size: a few MiB at most, not counted in the pool's bytes).
+
+Snapshots (speculative decoding): a verify forward folds a sequence's last token and all
+its drafts into its state, and a state cannot be cut back the way KV pages are. A pool
+built with `snapshots` holds a second row per slot (rows `num_slots + slot`, which no
+forward is handed): `save(slot)` copies the slot's state there before the verify forward,
+`restore(slot)` copies it back when a draft was rejected (runtime/speculative/speculator.py
+then recomputes the accepted tokens), so a rejected draft leaves no trace in the state.
 """
 
 from __future__ import annotations
@@ -53,10 +60,18 @@ class RecurrentForwardState:
 class RecurrentStatePool:
     """Every recurrent layer's conv and SSM pools of `num_slots` slots on one device."""
 
-    def __init__(self, states: Sequence[RecurrentStateSpec], num_slots: int, device: Any) -> None:
+    def __init__(
+        self,
+        states: Sequence[RecurrentStateSpec],
+        num_slots: int,
+        device: Any,
+        snapshots: bool = False,
+    ) -> None:
+        """`snapshots`: keep a snapshot row per slot (`save` / `restore`, module doc)."""
         if num_slots < 1:
             raise ValueError(f"a recurrent-state pool needs at least one slot, got {num_slots}")
         self.num_slots = num_slots
+        self.snapshots = snapshots
         self.device = device
         self.conv_pools: list[Any] = []
         self.ssm_pools: list[Any] = []
@@ -69,25 +84,51 @@ class RecurrentStatePool:
                 self.ssm_pools.append(self._new_pool(ssm_row))
 
     def _new_pool(self, row: int) -> Any:
-        """An uninitialised `[num_slots, row]` pool (every slot is zeroed before its use)."""
+        """An uninitialised pool of `[num_slots, row]`, twice as many rows with snapshots
+        (every slot is zeroed before its use)."""
         if row not in self._zero_rows:
             self._zero_rows[row] = tvm.runtime.tensor(np.zeros(row, STATE_DTYPE), self.device)
-        return tvm.runtime.empty((self.num_slots, row), STATE_DTYPE, self.device)
+        rows = self.num_slots * (2 if self.snapshots else 1)
+        return tvm.runtime.empty((rows, row), STATE_DTYPE, self.device)
 
     @property
     def nbytes(self) -> int:
-        """Device bytes of the pools (the zero rows aside)."""
+        """Device bytes of the pools, snapshot rows included (the zero rows aside)."""
         pools = [*self.conv_pools, *self.ssm_pools]
-        return sum(self.num_slots * int(pool.shape[1]) * STATE_ITEM_BYTES for pool in pools)
+        return sum(int(pool.shape[0]) * int(pool.shape[1]) * STATE_ITEM_BYTES for pool in pools)
+
+    def _rows(self, index: int) -> list[Any]:
+        """Row `index` of every pool, seen in place."""
+        views = []
+        for pool in (*self.conv_pools, *self.ssm_pools):
+            row = int(pool.shape[1])
+            views.append(pool._create_view((row,), STATE_DTYPE, index * row * STATE_ITEM_BYTES))
+        return views
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"slot {slot} is outside the pool's {self.num_slots} slots")
 
     def zero_slot(self, slot: int) -> None:
         """Clear `slot` in every pool, on the device: a sequence starts from a zero state."""
-        if not 0 <= slot < self.num_slots:
-            raise IndexError(f"slot {slot} is outside the pool's {self.num_slots} slots")
-        for pool in (*self.conv_pools, *self.ssm_pools):
-            row = int(pool.shape[1])
-            view = pool._create_view((row,), STATE_DTYPE, slot * row * STATE_ITEM_BYTES)
-            view.copyfrom(self._zero_rows[row])
+        self._check_slot(slot)
+        for view in self._rows(slot):
+            view.copyfrom(self._zero_rows[int(view.shape[0])])
+
+    def save(self, slot: int) -> None:
+        """Copy `slot`'s state to its snapshot row, on the device (module doc)."""
+        self._copy(slot, self.num_slots + slot)
+
+    def restore(self, slot: int) -> None:
+        """Copy `slot`'s snapshot back over its state: the state as `save` found it."""
+        self._copy(self.num_slots + slot, slot)
+
+    def _copy(self, source: int, destination: int) -> None:
+        if not self.snapshots:
+            raise ValueError("this recurrent-state pool keeps no snapshots")
+        self._check_slot(min(source, destination))
+        for target, origin in zip(self._rows(destination), self._rows(source), strict=True):
+            target.copyfrom(origin)
 
     def forward_state(self, slots: Sequence[int]) -> RecurrentForwardState:
         """The slots of a batch's rows (row b uses `slots[b]`) with the pools, for the

@@ -120,12 +120,12 @@ def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
             sampling_seqs=decodes,
             sampling_rows=list(range(len(decodes))),
             prompt_logprob_rows=[],
-            recurrent_slots=_recurrent_slots(decodes),
+            recurrent_slots=recurrent_slots(decodes),
         )
     return _ragged_batch(prefills, decodes)
 
 
-def _recurrent_slots(seqs: Sequence[EngineSequence]) -> list[int] | None:
+def recurrent_slots(seqs: Sequence[EngineSequence]) -> list[int] | None:
     """The recurrent-state slots of `seqs` in order; None when they hold none (a model
     without recurrent state: the block manager gives every running sequence a slot or none)."""
     slots = [seq.recurrent_slot for seq in seqs]
@@ -180,7 +180,7 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
         offset += 1
     if not positions:  # no chunk finishes its tokens: no logits are needed, one is made
         positions.append(offset - 1)
-    slots = _recurrent_slots([*(item.seq for item in prefills), *decodes])
+    slots = recurrent_slots([*(item.seq for item in prefills), *decodes])
     return ForwardBatch(
         kv_ids, token_ids, lengths, positions, sampling_seqs, sampling_rows, logprob_rows, slots
     )

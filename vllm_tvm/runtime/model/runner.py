@@ -258,6 +258,7 @@ class ModelRunner(Runner):
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
+        recurrent_slots: Sequence[int] | None = None,
     ) -> tuple[DeviceLogits, np.ndarray]:
         """`prefill_logits` through the artifact's hidden-states functions, and the hidden
         states of every token of the chunks on the host: the final-norm ones [total, hidden]
@@ -267,7 +268,9 @@ class ModelRunner(Runner):
                 f"the artifact has no {HIDDEN_STATES_FUNCTION!r}: build it for drafting from "
                 "hidden states (EAGLE, MTP)"
             )
-        logits, hidden, _ = self.run_ragged(seq_ids, chunks, logit_positions, HIDDEN_SUFFIX)
+        logits, hidden, _ = self.run_ragged(
+            seq_ids, chunks, logit_positions, HIDDEN_SUFFIX, recurrent_slots=recurrent_slots
+        )
         assert hidden is not None  # every `*_hidden` function returns hidden states
         return logits, hidden
 

@@ -83,11 +83,11 @@ class Runner(ABC):
         self.kv_config = replace(self.kv_config, max_total_seq_len=max_total_seq_len)
         self.kv_cache = self._new_kv_cache()
 
-    def resize_recurrent_pool(self, num_slots: int) -> None:
+    def resize_recurrent_pool(self, num_slots: int, snapshots: bool = False) -> None:
         """Replace the recurrent-state pool by one of `num_slots` slots (0: no pool), sized
-        with the KV pool."""
+        with the KV pool; `snapshots`: with a snapshot row per slot (speculative decoding)."""
         self.recurrent_pool = (
-            RecurrentStatePool(self.spec.recurrent_state, num_slots, self.device)
+            RecurrentStatePool(self.spec.recurrent_state, num_slots, self.device, snapshots)
             if num_slots
             else None
         )

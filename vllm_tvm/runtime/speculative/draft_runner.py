@@ -42,6 +42,13 @@ def load_draft_runner(
         )
     draft_manifest = read_manifest(Path(config.draft_artifact))
     check_built_like_target(draft_manifest, target, f"the draft model {config.model!r}", "draft")
+    if draft_manifest.runtime.recurrent_state:
+        kinds = ", ".join(sorted({state.kind for state in draft_manifest.runtime.recurrent_state}))
+        raise ValueError(
+            f"the draft model {config.model!r} keeps recurrent state ({kinds}): draft models "
+            "with recurrent state are not supported (draft with ngram, or the target's MTP "
+            "layer: method 'mtp')"
+        )
     draft_vocab = draft_manifest.runtime.vocab_size
     if draft_vocab != target.vocab_size:
         raise ValueError(

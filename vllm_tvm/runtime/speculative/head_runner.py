@@ -23,7 +23,7 @@ import numpy as np
 
 from vllm_tvm.artifacts.manifest import ParamEntry, read_manifest
 from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
-from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
+from vllm_tvm.artifacts.speculative_roles import head_architectures
 from vllm_tvm.checkpoints.weight_formats import FLOAT
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.model.runner_interface import Runner
@@ -139,7 +139,7 @@ def check_head_fits(
     """Refuse by name a head (its runtime spec `head`) that cannot draft for `target`
     (module doc)."""
     model, what = config.model, MODEL_METHODS[config.method]
-    if architecture != HEAD_ARCHITECTURES[config.method]:
+    if architecture not in head_architectures(config.method):
         raise ValueError(f"{model!r} was not built as an {what} ({architecture})")
     if target.spec.hidden_states is None or not isinstance(target, ModelRunner):
         raise ValueError(

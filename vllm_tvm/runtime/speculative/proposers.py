@@ -7,7 +7,7 @@ proposer kind; that pairing, and the refusal of a missing runner, is written her
 
 from __future__ import annotations
 
-from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
+from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES, MTP_ARCHITECTURE
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.model.runner_interface import Runner
 from vllm_tvm.runtime.sampling.sampler import Sampler
@@ -37,5 +37,6 @@ def proposer_for(
         if not isinstance(draft_runner, HeadRunner):
             raise ValueError(f"speculative method {config.method!r} needs a head's runner")
         store = TargetHiddenStates(exported_hidden_width(target.spec))
-        return HeadProposer(draft_runner, sampler, store, config.method == "mtp")
+        masks_first_position = draft_runner.manifest.architecture == MTP_ARCHITECTURE
+        return HeadProposer(draft_runner, sampler, store, masks_first_position)
     return DraftModelProposer(draft_runner, sampler)

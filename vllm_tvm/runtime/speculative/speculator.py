@@ -24,6 +24,16 @@ What may be drafted, so that nothing a request asked for changes:
   drafting, then drafts one-token probes until one is accepted, so text the proposer
   cannot predict costs few and short wasted verify forwards.
 A step in which nothing is drafted runs exactly as without speculation.
+
+A model with recurrent state (gated delta net hybrids) folds the whole verify chunk into
+each sequence's state, which cannot be cut back like KV pages. So each drafted row's slot is
+saved to its snapshot row before the verify forward (kv/recurrent_pool.py); when every draft
+is accepted the state is already right, and otherwise the snapshot is restored, the KV of
+the whole chunk dropped and the row's computed tokens set back to before it: the next step
+recomputes the last committed token, the accepted drafts and the new token as one chunk
+of its ragged forward (as a preempted sequence recomputes), so no extra forward is run and
+nothing of the rejected drafts remains. That row is not drafted in that step (it is not a
+decode row).
 """
 
 from __future__ import annotations
@@ -36,7 +46,13 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import numpy as np
 
 from vllm_tvm.runtime.kv.block_manager import BlockManager
-from vllm_tvm.runtime.model.batch import ForwardBatch, is_decode_row, ragged_batch
+from vllm_tvm.runtime.kv.recurrent_pool import RecurrentStatePool
+from vllm_tvm.runtime.model.batch import (
+    ForwardBatch,
+    is_decode_row,
+    ragged_batch,
+    recurrent_slots,
+)
 from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.sampling.device_sampling import needs_host_row
 from vllm_tvm.runtime.sampling.dispatch import SamplingDispatch, failure_message
@@ -101,9 +117,12 @@ class Speculator:
         token_budget: int,
         max_model_len: int,
         draft: DraftModelProposer | None = None,
+        recurrent_pool: RecurrentStatePool | None = None,
     ) -> None:
-        """`draft`: the draft model of a `draft_model` configuration (None: n-grams)."""
+        """`draft`: the draft model of a `draft_model` configuration (None: n-grams);
+        `recurrent_pool`: a hybrid model's state pool, with snapshots (module doc)."""
         self.config = config
+        self.recurrent_pool = recurrent_pool
         self.draft = draft
         self.proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
         self.backoff = DraftBackoff()
@@ -128,6 +147,10 @@ class Speculator:
         drafts = [(item.seq, proposal) for item, proposal in pairs if proposal is not None]
         if not drafts:
             return None
+        if self.recurrent_pool is not None:
+            for seq, _ in drafts:
+                assert seq.recurrent_slot is not None
+                self.recurrent_pool.save(seq.recurrent_slot)
         batch, drafted = _verify_batch(plain, drafts)
         return VerifyStep(batch, plain, drafted)
 
@@ -272,11 +295,17 @@ class Speculator:
     def commit(self, row: DraftedRow, num_accepted: int) -> None:
         """After the verified tokens were appended to `row.seq`: its KV keeps the last
         committed token and the accepted drafts (no more than the sequence now has, when a
-        stop rule cut it short); what the forward computed for the rest is dropped."""
+        stop rule cut it short); what the forward computed for the rest is dropped. A
+        recurrent state that took in a rejected draft goes back to its snapshot, and then
+        the whole chunk is recomputed next step (module doc)."""
         seq = row.seq
         computed_before = seq.num_computed_tokens
         in_cache = computed_before + 1 + len(row.draft_token_ids)
         keep = min(computed_before + 1 + num_accepted, seq.num_tokens)
+        if self.recurrent_pool is not None and keep < in_cache:
+            assert seq.recurrent_slot is not None
+            self.recurrent_pool.restore(seq.recurrent_slot)
+            keep = computed_before
         self.block_manager.drop_last_tokens(seq, in_cache - keep)
         seq.num_computed_tokens = keep
         self.block_manager.cache_full_blocks(seq)
@@ -304,6 +333,8 @@ def _verify_batch(
         kv_ids.append(seq.kv_id)
         token_ids.extend(chunk)
         lengths.append(len(chunk))
+    drafted_slots = recurrent_slots([seq for seq, _ in drafts])
+    slots = None if drafted_slots is None else [*(base.recurrent_slots or []), *drafted_slots]
     batch = ForwardBatch(
         kv_ids,
         token_ids,
@@ -312,5 +343,6 @@ def _verify_batch(
         base.sampling_seqs,
         base.sampling_rows,
         base.prompt_logprob_rows,
+        slots,
     )
     return batch, drafted

@@ -89,14 +89,23 @@ class HiddenCapturingRunner:
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
+        recurrent_slots: Sequence[int] | None = None,
     ) -> DeviceLogits:
         starts = [self.runner.kv_cache.sequence_length(kv_id) for kv_id in seq_ids]
-        logits, hidden = self.runner.prefill_with_hidden(seq_ids, chunks, logit_positions)
+        logits, hidden = self.runner.prefill_with_hidden(
+            seq_ids, chunks, logit_positions, recurrent_slots
+        )
         offset = 0
         for kv_id, start, chunk in zip(seq_ids, starts, chunks, strict=True):
             self.store.record(kv_id, start, hidden[offset : offset + len(chunk)])
             offset += len(chunk)
         return logits
 
-    def decode_logits(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
-        return self.prefill_logits(seq_ids, [[token_id] for token_id in token_ids])
+    def decode_logits(
+        self,
+        seq_ids: Sequence[int],
+        token_ids: Sequence[int],
+        recurrent_slots: Sequence[int] | None = None,
+    ) -> DeviceLogits:
+        chunks = [[token_id] for token_id in token_ids]
+        return self.prefill_logits(seq_ids, chunks, None, recurrent_slots)
