@@ -27,10 +27,12 @@ from vllm_tvm.artifacts.runtime_spec import (
     HiddenStatesSpec,
     RecurrentStateSpec,
     RuntimeSpec,
+    VisionSpec,
 )
 from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES, HIDDEN_STATES_FUNCTION
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.gated_delta_net import STATE_DTYPE
+from vllm_tvm.model_defs.gemma3_multimodal import ENCODE_IMAGES
 from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -77,6 +79,7 @@ def runtime_spec_for(
         device_sampling="argmax" in functions and "sample" in functions,
         hidden_states=_hidden_states(config, functions),
         draft_head=_draft_head(config),
+        vision=_vision(config, functions),
     )
 
 
@@ -136,6 +139,22 @@ def _draft_head(config: Any) -> DraftHeadSpec | None:
     return DraftHeadSpec(
         getattr(config, "draft_vocab_size", config.vocab_size),
         tuple(getattr(config, "eagle_aux_hidden_state_layer_ids", ())),
+    )
+
+
+def _vision(config: Any, functions: list[str]) -> VisionSpec | None:
+    """The image encoder of a model that exports one (model_defs/gemma3_multimodal.py)."""
+    if ENCODE_IMAGES not in functions:
+        return None
+    side = config.vision.image_size
+    return VisionSpec(
+        encoder_function=ENCODE_IMAGES,
+        image_size=(side, side),
+        tokens_per_image=config.mm_tokens_per_image,
+        image_token_id=config.image_token_id,
+        begin_image_token_id=config.boi_token_id,
+        end_image_token_id=config.eoi_token_id,
+        bidirectional_image_attention=True,
     )
 
 

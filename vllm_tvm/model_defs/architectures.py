@@ -16,9 +16,17 @@ from typing import Any
 from tvm.relax.frontend import nn
 
 from vllm_tvm.checkpoints.family_index import family_of, refusal_of, served_architectures
-from vllm_tvm.model_defs import deepseek, learned_positions, llama, moe, qwen3_next
+from vllm_tvm.model_defs import (
+    deepseek,
+    gemma3_multimodal,
+    learned_positions,
+    llama,
+    moe,
+    qwen3_next,
+)
 from vllm_tvm.model_defs.config import ConfigRecord, parse_llama_family_config
 from vllm_tvm.model_defs.deepseek_config import parse_deepseek_config
+from vllm_tvm.model_defs.gemma3_multimodal import parse_gemma3_multimodal_config
 from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
 from vllm_tvm.model_defs.moe_config import parse_moe_config
 from vllm_tvm.model_defs.qwen3_next_config import parse_hybrid_config
@@ -110,18 +118,11 @@ _GPT2_FAMILY = ModelFamily(
 )
 
 
-def _text_tower_sources(param_name: str) -> tuple[list[str], int]:
-    """Checkpoint names of a multimodal checkpoint's text tower (`language_model.` + the
-    Llama-family names); the vision tower's tensors are never read."""
-    sources, axis = llama.fused_weight_sources(param_name)
-    return [f"language_model.{source}" for source in sources], axis
-
-
-_LLAMA_TEXT_TOWER = ModelFamily(
-    name="llama-text-tower",
-    parse_config=parse_llama_family_config,
-    build_model=llama.LlamaForCausalLM,
-    weight_sources=_text_tower_sources,
+_GEMMA3_MULTIMODAL = ModelFamily(
+    name="gemma3-multimodal",
+    parse_config=parse_gemma3_multimodal_config,
+    build_model=gemma3_multimodal.Gemma3ForConditionalGeneration,
+    weight_sources=gemma3_multimodal.gemma3_multimodal_weight_sources,
 )
 
 _HYBRID_FAMILY = ModelFamily(
@@ -142,13 +143,13 @@ DEFINITIONS: dict[str, ModelFamily] = {
         _PREFUSED_LLAMA,
         _OPT_FAMILY,
         _GPT2_FAMILY,
-        _LLAMA_TEXT_TOWER,
+        _GEMMA3_MULTIMODAL,
         _HYBRID_FAMILY,
     )
 }
 """The model definitions by the name a family module's `definition` gives
-(`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `llama-text-tower`: the
-decoder of a multimodal checkpoint)."""
+(`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `gemma3-multimodal`: the
+decoder of a multimodal Gemma 3 checkpoint with its vision tower)."""
 
 
 def family_for(config: dict[str, Any]) -> ModelFamily:

@@ -130,6 +130,16 @@ class ModelRunner(Runner):
         ids = self.forward_input(np.asarray(token_ids, dtype=np.int32))
         return self._embed(ids, self.params)
 
+    def encode_images(self, pixel_values: np.ndarray) -> np.ndarray:
+        """The soft-token embeddings [images, tokens, hidden] of preprocessed images
+        [images, 3, H, W], from the artifact's compiled image encoder."""
+        vision = self.spec.vision
+        if vision is None:
+            raise ArtifactError("the artifact has no vision tower: it takes text only")
+        typed = np.ascontiguousarray(to_dtype(pixel_values, self.manifest.dtype))
+        encoder = self._function(vision.encoder_function)
+        return encoder(self.to_device(typed), self.params).numpy()
+
     def to_device(self, array: np.ndarray) -> Any:
         """`array` copied to the runner's device."""
         return self._tvm.runtime.tensor(array, self.device)
