@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tiny_vlm import GEMMA3_IMAGE_TOKENS, gemma3_vlm_checkpoint
+from tiny_vlm import GEMMA3_IMAGE_TOKENS
 
 from vllm_tvm.entrypoints.llm import LLM
 
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory):
-    return gemma3_vlm_checkpoint(tmp_path_factory.mktemp("gemma3_vlm"))
+def checkpoint(tiny_gemma3_vlm):
+    return tiny_gemma3_vlm
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,14 @@ from tokenizers import AddedToken
 
 GEMMA3_IMAGE_TOKENS = 4
 """Soft tokens per image (a 2x2 pooling of the 4x4 patch grid)."""
+WEIGHT_STD = 0.15
 IMAGE_TOKEN_STRINGS = ("<start_of_image>", "<end_of_image>", "<image_soft_token>")
 TEXT = {
     **BASE,
     "head_dim": 16,
     "num_hidden_layers": 3,
     "sliding_window": 64,
+    "tie_word_embeddings": False,
     "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
 }
 VISION = {
@@ -59,9 +61,13 @@ def gemma3_vlm_checkpoint(path: Path) -> TinyVLM:
         boi_token_index=boi,
         eoi_token_index=eoi,
         image_token_index=image,
+        tie_word_embeddings=False,
     )
     torch.manual_seed(0)
     model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # transformers' init leaves greedy decoding stuck on one token
+        for parameter in model.parameters():
+            parameter.normal_(0.0, WEIGHT_STD)
     model.save_pretrained(path)
     size = VISION["image_size"]
     (path / "preprocessor_config.json").write_text(

@@ -19,6 +19,7 @@ from typing import Any
 
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
+from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache
 from tvm.target import Target
 
 from vllm_tvm.model_defs.config import (
@@ -26,6 +27,7 @@ from vllm_tvm.model_defs.config import (
     ModelConfigError,
     parse_llama_family_config,
 )
+from vllm_tvm.model_defs.image_block_attention import ImageBlockAttention
 from vllm_tvm.model_defs.layers import OffsetRMSNorm
 from vllm_tvm.model_defs.llama import LlamaForCausalLM, fused_weight_sources
 from vllm_tvm.model_defs.siglip import (
@@ -36,6 +38,10 @@ from vllm_tvm.model_defs.siglip import (
 
 ENCODE_IMAGES = "encode_images"
 """The exported encoder: pixel values [images, 3, H, W] -> [images, tokens, text hidden]."""
+PREFILL_IMAGES = "prefill_images"
+"""`prefill` with an attention bias [tokens, tokens] and the soft-token rows [tokens] after
+the logit positions: one image's soft tokens attend to each other both ways
+(image_block_attention.py)."""
 
 TEXT_TOWER_PREFIX = "language_model."
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.")
@@ -122,21 +128,54 @@ class Gemma3ForConditionalGeneration(LlamaForCausalLM):
         assert config.vision is not None
         self.vision_tower = SiglipVisionTower(config.vision, dtype)
         self.multi_modal_projector = Gemma3MultiModalProjector(config, dtype)
+        self.image_block_attention = ImageBlockAttention()
+        for layer in self.model.layers:
+            if layer.self_attn.model_rope is None:
+                # The dense image rows read q/k as the cache's attention does: rotated.
+                raise ModelConfigError(
+                    "unsupported Gemma 3 RoPE: image attention needs every layer to rotate "
+                    "q/k in the model (a sliding-layer RoPE base of its own)"
+                )
+            layer.self_attn.block_attention = self.image_block_attention
 
     def encode_images(self, pixel_values: Tensor) -> Tensor:
         """pixel values [images, 3, H, W] -> soft-token embeddings [images, tokens, hidden]."""
         return self.multi_modal_projector(self.vision_tower(pixel_values))
 
+    def prefill_images(
+        self,
+        input_embed: Tensor,
+        logit_positions: Tensor,
+        attention_bias: Tensor,
+        image_rows: Tensor,
+        kv_cache: PagedKVCache,
+    ) -> tuple[Tensor, PagedKVCache]:
+        """`prefill` where the rows `image_rows` attend under `attention_bias`."""
+        blocks = self.image_block_attention
+        blocks.attention_bias, blocks.image_rows = attention_bias, image_rows
+        try:
+            return self.prefill(input_embed, logit_positions, kv_cache)
+        finally:
+            blocks.attention_bias = blocks.image_rows = None
+
     def export_spec(self) -> dict[str, Any]:
         vision = self.config.vision
         pixels = [vision.num_channels, vision.image_size, vision.image_size]
-        encoder = {
-            ENCODE_IMAGES: {
-                "pixel_values": nn.spec.Tensor(["num_images", *pixels], self.dtype),
-                "$": {"param_mode": "packed", "effect_mode": "none"},
-            }
+        spec = super().export_spec()
+        prefill = spec["prefill"]
+        image_prefill = {
+            "input_embed": prefill["input_embed"],
+            "logit_positions": prefill["logit_positions"],
+            "attention_bias": nn.spec.Tensor(["seq_len", "seq_len"], "float32"),
+            "image_rows": nn.spec.Tensor(["seq_len"], "bool"),
+            "kv_cache": prefill["kv_cache"],
+            "$": prefill["$"],
         }
-        return {**super().export_spec(), **encoder}
+        encoder = {
+            "pixel_values": nn.spec.Tensor(["num_images", *pixels], self.dtype),
+            "$": prefill["$"],
+        }
+        return {**spec, PREFILL_IMAGES: image_prefill, ENCODE_IMAGES: encoder}
 
 
 def gemma3_multimodal_weight_sources(param_name: str) -> tuple[list[str], int]:
