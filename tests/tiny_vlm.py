@@ -35,6 +35,16 @@ VISION = {
 }
 
 
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<start_of_turn>' + message['role'] + '\\n' + message['content'] + '<end_of_turn>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+"""Gemma's turn markers around each message (image parts arrive as the begin-of-image
+token inside the content text)."""
+
+
 @dataclass(frozen=True)
 class TinyVLM:
     path: Path
@@ -79,4 +89,6 @@ def gemma3_vlm_checkpoint(path: Path) -> TinyVLM:
             }
         )
     )
+    tokenizer_config = {"chat_template": CHAT_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     return TinyVLM(path, size, TEXT["hidden_size"], boi, eoi, image)

@@ -65,6 +65,14 @@ class ImageIntake:
         processor = image_processor_from_config(json.loads(config_path.read_text()))
         return cls(vision, processor, tokenizer, budget)
 
+    @property
+    def placeholder(self) -> str | None:
+        """The text a chat's image part becomes (the begin-of-image token); None without a
+        tokenizer or an image processor (images are then refused)."""
+        if self.tokenizer is None or self.processor is None:
+            return None
+        return self._token(self.vision.begin_image_token_id)
+
     def expand_text(self, text: str, images: int) -> str:
         """`text` with each begin-of-image token expanded as Gemma 3's processor does."""
         assert self.tokenizer is not None  # a text prompt is refused without one
@@ -76,16 +84,18 @@ class ImageIntake:
         return text.replace(begin, block)
 
     def expand_ids(self, prompt_ids: list[int], images: int) -> list[int]:
-        """Token ids with the soft tokens and end-of-image id after each begin-of-image id."""
+        """Token ids with the soft tokens and end-of-image id after each begin-of-image id
+        (one already followed by its soft tokens, as an expanded text tokenizes, is kept)."""
         vision = self.vision
         begin = vision.begin_image_token_id
         self._check_count(prompt_ids.count(begin), images, f"token id {begin}")
-        block = [vision.image_token_id] * vision.tokens_per_image + [vision.end_image_token_id]
+        soft = [vision.image_token_id] * vision.tokens_per_image
         expanded: list[int] = []
-        for token in prompt_ids:
+        for index, token in enumerate(prompt_ids):
             expanded.append(token)
-            if token == begin:
-                expanded.extend(block)
+            following = prompt_ids[index + 1 : index + 1 + len(soft)]
+            if token == begin and following != soft:
+                expanded.extend([*soft, vision.end_image_token_id])
         return expanded
 
     def prompt_images(self, prompt_ids: list[int], images: Sequence[DecodedImage]) -> PromptImages:
