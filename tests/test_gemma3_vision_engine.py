@@ -152,6 +152,29 @@ def test_batched_mixed_requests_equal_sequential(llm: LLM, prompts) -> None:
     assert_all_blocks_free(llm)
 
 
+def test_a_prompt_chunked_after_its_images_equals_transformers(
+    llm: LLM, oracle, tiny_gemma3_vlm
+) -> None:
+    """A prompt longer than one prefill chunk (the sliding window caps the chunk): its first
+    chunk takes the images whole, the text after them runs in later chunks."""
+    budget = llm.engine.scheduler_config.max_num_batched_tokens
+    text = llm.tokenizer.encode("Paged attention keeps keys and values in blocks. " * 12)
+    ids = [*llm.tokenizer.encode("Look:"), tiny_gemma3_vlm.boi_token_id, *text]
+    assert len(ids) > 2 * budget
+    images = [_image(33, 77, 5)]
+    request_id = llm.engine.add_request(None, ids, GREEDY, images=images)
+    ours = _run(llm)[request_id]
+    expanded = list(ours.prompt_token_ids)
+    assert ours.outputs[0].token_ids == _oracle_tokens(oracle, tiny_gemma3_vlm, expanded, images)
+
+
+def test_images_past_one_prefill_chunk_are_refused(llm: LLM, tiny_gemma3_vlm) -> None:
+    budget = llm.engine.scheduler_config.max_num_batched_tokens
+    ids = [5] * budget + [tiny_gemma3_vlm.boi_token_id]
+    with pytest.raises(ValueError, match="one prefill chunk may take"):
+        llm.engine.add_request(None, ids, GREEDY, images=[_image(8, 8, 0)])
+
+
 def test_images_count_toward_the_prompt_length(llm: LLM, tiny_gemma3_vlm) -> None:
     room = llm.engine.max_model_len - 1
     ids = [tiny_gemma3_vlm.boi_token_id] + [5] * (room - 4)
