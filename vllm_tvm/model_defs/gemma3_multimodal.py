@@ -167,7 +167,7 @@ class Gemma3ForConditionalGeneration(LlamaForCausalLM):
             "input_embed": prefill["input_embed"],
             "logit_positions": prefill["logit_positions"],
             "attention_bias": nn.spec.Tensor(["seq_len", "seq_len"], "float32"),
-            "image_rows": nn.spec.Tensor(["seq_len"], "bool"),
+            "image_rows": nn.spec.Tensor(["seq_len"], self.dtype),
             "kv_cache": prefill["kv_cache"],
             "$": prefill["$"],
         }

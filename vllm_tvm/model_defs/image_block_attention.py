@@ -27,7 +27,9 @@ class ImageBlockAttention:
         self.attention_bias: Tensor | None = None
         """[tokens, tokens] fp32: 0 where row i may see key j, a large negative elsewhere."""
         self.image_rows: Tensor | None = None
-        """[tokens] bool: the soft-token rows whose output is replaced."""
+        """[tokens] of the model's dtype: 1 at the soft-token rows whose output is
+        replaced, 0 elsewhere (a product, not a bool select: CUDA's codegen of a vectorised
+        bool `where` does not compile; x * 1 + y * 0 is x exactly)."""
 
     def __call__(
         self, qkv: Tensor, causal: Tensor, q_heads: int, kv_heads: int, sm_scale: float
@@ -47,7 +49,9 @@ class ImageBlockAttention:
             out_dtype="float32",
         )
         bias = op.reshape(self.attention_bias, (1, 1, tokens, tokens))
-        weights = op.softmax(scores * sm_scale + bias, axis=-1).astype(v.dtype)
-        dense = op.permute_dims(op.matmul(weights, op.permute_dims(v, [0, 2, 1, 3])), [0, 2, 1, 3])
-        rows = op.reshape(self.image_rows, (batch, tokens, 1, 1))
-        return op.where(rows, dense, causal)
+        weights = op.softmax(scores * sm_scale + bias, axis=-1)
+        values = op.permute_dims(v, [0, 2, 1, 3]).astype("float32")
+        dense = op.permute_dims(op.matmul(weights, values), [0, 2, 1, 3])
+        rows = op.reshape(self.image_rows, (batch, tokens, 1, 1)).astype("float32")
+        kept = causal.astype("float32")
+        return (dense * rows + kept * (1.0 - rows)).astype(causal.dtype)

@@ -87,6 +87,26 @@ class _PatchConvolution(nn.Module):
         return nt_matmul(patches, kernel) + self.bias
 
 
+class FloatLayerNorm(nn.Module):
+    """LayerNorm (weight and bias in the model's dtype) computed in fp32: TVM 0.27 legalizes
+    `layer_norm` for float32 and float16 only, and bfloat16 models need it too."""
+
+    def __init__(self, size: int, eps: float, dtype: str) -> None:
+        self.weight = nn.Parameter((size,), dtype)
+        self.bias = nn.Parameter((size,), dtype)
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = op.layer_norm(
+            x.astype("float32"),
+            normalized_shape=x.shape[-1],
+            weight=self.weight.astype("float32"),
+            bias=self.bias.astype("float32"),
+            eps=self.eps,
+        )
+        return normed.astype(x.dtype)
+
+
 class SiglipAttention(nn.Module):
     """Dense multi-head attention among one image's patches (no mask, no rotary)."""
 
@@ -130,9 +150,9 @@ class SiglipEncoderLayer(nn.Module):
 
     def __init__(self, config: SiglipVisionConfig, dtype: str) -> None:
         eps = config.layer_norm_eps
-        self.layer_norm1 = nn.LayerNorm(config.hidden_size, eps, dtype=dtype)
+        self.layer_norm1 = FloatLayerNorm(config.hidden_size, eps, dtype)
         self.self_attn = SiglipAttention(config, dtype)
-        self.layer_norm2 = nn.LayerNorm(config.hidden_size, eps, dtype=dtype)
+        self.layer_norm2 = FloatLayerNorm(config.hidden_size, eps, dtype)
         self.mlp = SiglipMLP(config, dtype)
 
     def forward(self, hidden: Tensor) -> Tensor:
@@ -158,7 +178,7 @@ class SiglipVisionTower(nn.Module):
     def __init__(self, config: SiglipVisionConfig, dtype: str) -> None:
         self.embeddings = SiglipEmbeddings(config, dtype)
         self.encoder = SiglipEncoder(config, dtype)
-        self.post_layernorm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, dtype=dtype)
+        self.post_layernorm = FloatLayerNorm(config.hidden_size, config.layer_norm_eps, dtype)
 
     def forward(self, pixel_values: Tensor) -> Tensor:
         return self.post_layernorm(self.encoder(self.embeddings(pixel_values)))

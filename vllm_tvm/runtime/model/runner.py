@@ -46,7 +46,8 @@ def image_attention_inputs(
     lengths: Sequence[int], images: ForwardImages
 ) -> tuple[np.ndarray, np.ndarray]:
     """The image prefill's attention bias [tokens, tokens] (a row sees the keys of its own
-    sequence up to itself, and all of its image) and its soft-token rows [tokens]."""
+    sequence up to itself, and all of its image) and its soft-token rows [tokens] (1 at a
+    soft token, else 0; float32, cast to the model's dtype by the caller)."""
     sequence = np.repeat(np.arange(len(lengths)), lengths)
     group = np.full(len(sequence), -1)
     group[images.rows] = images.groups
@@ -54,7 +55,7 @@ def image_attention_inputs(
     same_image = (group[:, None] == group[None, :]) & (group[:, None] >= 0)
     causal = index[None, :] <= index[:, None]
     allowed = (sequence[:, None] == sequence[None, :]) & (causal | same_image)
-    return np.where(allowed, 0.0, MASKED).astype(np.float32), group >= 0
+    return np.where(allowed, 0.0, MASKED).astype(np.float32), (group >= 0).astype(np.float32)
 
 
 def _tvm_device(device: str) -> Any:
@@ -240,7 +241,9 @@ class ModelRunner(Runner):
         name = mode + suffix
         if images is not None:
             name = IMAGE_PREFILL
-            inputs.extend(self.forward_input(x) for x in image_attention_inputs(lengths, images))
+            bias, rows = image_attention_inputs(lengths, images)
+            typed_rows = np.ascontiguousarray(to_dtype(rows, self.manifest.dtype))
+            inputs += [self.forward_input(bias), self.forward_input(typed_rows)]
         if name == DECODE and len(flat) == 1 and input_hidden is None and self.spec.decode_single:
             name = "decode_single"
         starts = None if mode == DECODE else [0, *itertools.accumulate(lengths)]
