@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tvm.relax.frontend import nn
@@ -24,6 +25,7 @@ from vllm_tvm.model_defs import (
     moe,
     qwen3_next,
 )
+from vllm_tvm.model_defs.checkpoint_layout import CheckpointLayout
 from vllm_tvm.model_defs.config import ConfigRecord, parse_llama_family_config
 from vllm_tvm.model_defs.deepseek_config import parse_deepseek_config
 from vllm_tvm.model_defs.gemma3_multimodal import parse_gemma3_multimodal_config
@@ -57,9 +59,16 @@ class ModelFamily:
     recurrent: bool = False
     """Whether the model has recurrent layers, whose kernels the compiler hands `build_model`
     (model definitions never import schedules)."""
+    checkpoint_layout: Callable[[Path], CheckpointLayout] | None = None
+    """(checkpoint path) -> its tensor-name layout, for families whose names differ between
+    checkpoints of one architecture (Gemma 3's vision tower); when set, and the checkpoint
+    is known, its sources replace `weight_sources` and its name is in the cache key."""
 
-    def sources_for(self, config: ConfigRecord) -> WeightSources:
-        """The checkpoint tensors of each parameter of a model built from `config`."""
+    def sources_for(self, config: ConfigRecord, model_path: Path | None = None) -> WeightSources:
+        """The checkpoint tensors of each parameter of a model built from `config` (read
+        from the checkpoint at `model_path`, when given)."""
+        if self.checkpoint_layout is not None and model_path is not None:
+            return self.checkpoint_layout(model_path).sources
         if self.config_weight_sources is None:
             return self.weight_sources
         sources = self.config_weight_sources
@@ -123,6 +132,7 @@ _GEMMA3_MULTIMODAL = ModelFamily(
     parse_config=parse_gemma3_multimodal_config,
     build_model=gemma3_multimodal.Gemma3ForConditionalGeneration,
     weight_sources=gemma3_multimodal.gemma3_multimodal_weight_sources,
+    checkpoint_layout=gemma3_multimodal.checkpoint_layout,
 )
 
 _HYBRID_FAMILY = ModelFamily(

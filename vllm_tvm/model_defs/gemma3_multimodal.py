@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from tvm.relax.frontend import nn
@@ -22,6 +23,8 @@ from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache
 from tvm.target import Target
 
+from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
+from vllm_tvm.model_defs.checkpoint_layout import CheckpointLayout
 from vllm_tvm.model_defs.config import (
     LlamaFamilyConfig,
     ModelConfigError,
@@ -45,8 +48,11 @@ the logit positions: one image's soft tokens attend to each other both ways
 
 TEXT_TOWER_PREFIX = "language_model."
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.")
-"""The checkpoint's tensor name prefixes (transformers' saved layout); the encoder's
+"""The checkpoint's tensor name prefixes (transformers 5's saved layout); the encoder's
 parameter names equal them."""
+VISION_TOWER = "vision_tower."
+RELEASED_VISION_TOWER = "vision_tower.vision_model."
+"""The released checkpoints' (and transformers 4's) spelling of the vision tower's names."""
 
 
 @dataclass(frozen=True)
@@ -185,3 +191,19 @@ def gemma3_multimodal_weight_sources(param_name: str) -> tuple[list[str], int]:
         return [param_name], 0
     sources, axis = fused_weight_sources(param_name)
     return [TEXT_TOWER_PREFIX + source for source in sources], axis
+
+
+def checkpoint_layout(model_path: Path) -> CheckpointLayout:
+    """The layout of the checkpoint at `model_path`: the vision tower under
+    `vision_tower.vision_model.` when its tensors are named so (released checkpoints),
+    else transformers 5's `vision_tower.`."""
+    names = SafetensorsWeights(model_path).names() if Path(model_path).is_dir() else []
+    if not any(name.startswith(RELEASED_VISION_TOWER) for name in names):
+        return CheckpointLayout("transformers", gemma3_multimodal_weight_sources)
+
+    def released(param_name: str) -> tuple[list[str], int]:
+        if param_name.startswith(VISION_TOWER):
+            return [RELEASED_VISION_TOWER + param_name.removeprefix(VISION_TOWER)], 0
+        return gemma3_multimodal_weight_sources(param_name)
+
+    return CheckpointLayout("released", released)
