@@ -44,6 +44,15 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
+@pytest.fixture(scope="session")
+def tiny_gemma3_vlm(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny random Gemma3ForConditionalGeneration (tiny_vlm.py), made once per run so its
+    artifact compiles once per run."""
+    from tiny_vlm import gemma3_vlm_checkpoint
+
+    return gemma3_vlm_checkpoint(tmp_path_factory.mktemp("gemma3_vlm"))
+
+
 @pytest.fixture
 def make_llm(tiny_model_dir) -> Iterator[Callable[..., Any]]:
     """Factory of tiny-model LLMs (`make_llm("qwen3_qknorm", num_blocks=8)`); after the test

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from vllm_tvm.runtime.engine.intake import EmptyPromptError, PromptTooLongError, RequestIntake
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 
@@ -31,3 +33,9 @@ def test_n_completions_make_n_sequences_seeded_seed_plus_index(intake: RequestIn
     assert [seq.params.seed for seq in request.seqs] == [10, 11, 12]
     assert [seq.params.prompt_logprobs for seq in request.seqs] == [1, None, None]
     assert request.request_id == "0"
+
+
+def test_images_for_a_text_only_model_are_refused_by_name(intake: RequestIntake) -> None:
+    image = DecodedImage(np.zeros((4, 4, 3), np.uint8), 0)
+    with pytest.raises(ValueError, match="this model takes text only"):
+        intake.make_request([1, 2, 3], SamplingParams(), images=[image])

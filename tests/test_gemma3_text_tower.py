@@ -1,6 +1,6 @@
-"""A multimodal Gemma 3 checkpoint (`Gemma3ForConditionalGeneration`) served as its text
-tower: greedy tokens equal transformers' on text-only input; the vision tower's tensors are
-in the checkpoint but never read."""
+"""A multimodal Gemma 3 checkpoint (`Gemma3ForConditionalGeneration`) on text-only input:
+greedy tokens equal transformers' (the vision tower is compiled and loaded beside the
+decoder, and unused)."""
 
 from __future__ import annotations
 

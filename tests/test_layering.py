@@ -63,6 +63,7 @@ RUNTIME_ROOMS: dict[str, set[str]] = {
         "requests",
         "model",
         "speculative",
+        "multimodal",
     },
     "multimodal": set(),
 }

@@ -86,6 +86,24 @@ class DraftHeadSpec:
 
 
 @dataclass(frozen=True)
+class VisionSpec:
+    """An artifact's image encoder: the compiled function that turns pixel values into the
+    embeddings of an image's soft tokens, and the tokens a prompt marks them with."""
+
+    encoder_function: str
+    """Exported function: pixel values [images, 3, H, W] -> [images, tokens, hidden]."""
+    image_size: tuple[int, int]
+    """(height, width) of the pixel values it takes."""
+    tokens_per_image: int
+    image_token_id: int
+    """The placeholder each soft token stands for in the prompt (its embedding replaced)."""
+    begin_image_token_id: int
+    end_image_token_id: int
+    bidirectional_image_attention: bool = False
+    """Whether one image's soft tokens attend to each other both ways during prefill."""
+
+
+@dataclass(frozen=True)
 class RuntimeSpec:
     """Everything the runtime knows about a compiled model (module doc)."""
 
@@ -121,6 +139,8 @@ class RuntimeSpec:
     """The `*_hidden` forwards of a target built for drafting; None: none."""
     draft_head: DraftHeadSpec | None = None
     """Set for a head that drafts from hidden states."""
+    vision: VisionSpec | None = None
+    """The image encoder of an artifact that carries a vision tower; None: text only."""
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -149,4 +169,7 @@ class RuntimeSpec:
             fields["draft_head"] = DraftHeadSpec(
                 head["draft_vocab_size"], tuple(head["target_layers"])
             )
+        if data.get("vision") is not None:
+            vision = dict(data["vision"])
+            fields["vision"] = VisionSpec(**{**vision, "image_size": tuple(vision["image_size"])})
         return cls(**fields)

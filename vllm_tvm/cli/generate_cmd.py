@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 from vllm_tvm.cli.engine_args import add_engine_arguments, engine_args_from_cli
 from vllm_tvm.cli.preflight import check_device, prepare_command_start, read_prompt
 from vllm_tvm.cli.registry_args import registry_settings_from_cli
 from vllm_tvm.cli.vllm_serve_flags import add_vllm_engine_flags
 from vllm_tvm.entrypoints.resolve import resolve_engine
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage, decode_image
+from vllm_tvm.runtime.multimodal.image_errors import ImageInputError
 from vllm_tvm.runtime.sampling.params import SamplingParams, check_requested_max_tokens
 
 
@@ -39,6 +43,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--chat",
         action="store_true",
         help="send the prompt as one user message through the checkpoint's chat template",
+    )
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an image for the prompt (repeatable; PNG, JPEG, WebP, GIF): with --chat each "
+        "comes before the text in the user message, else the prompt holds one "
+        "begin-of-image token per image; needs a model with a vision tower",
     )
     parser.add_argument("--stream", action="store_true", help="stream text to stdout")
     parser.add_argument(
@@ -78,6 +91,21 @@ def _say_if_the_context_cut(prompt: int, generated: int, max_tokens: int, contex
         )
 
 
+def read_images(paths: list[str]) -> list[DecodedImage]:
+    """The decoded images of --image files (checked before the model loads)."""
+    images = []
+    for index, path in enumerate(paths):
+        try:
+            data = Path(path).read_bytes()
+        except OSError as err:
+            raise ValueError(f"--image {path}: cannot read it ({err.strerror})") from err
+        try:
+            images.append(decode_image(data, index))
+        except ImageInputError as err:
+            raise ValueError(f"--image {path}: {err.reason}") from err
+    return images
+
+
 def run(args: argparse.Namespace) -> int:
     text = read_prompt(args.prompt, args.prompt_file)
     if args.repeat < 1:
@@ -89,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             "ends; drop one of them"
         )
     check_device(args.device)
+    images = read_images(args.image)
     engine_args = resolve_engine(
         engine_args_from_cli(args, show_progress=not args.json),
         registry_settings_from_cli(args),
@@ -104,9 +133,14 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     llm = LLM.from_engine_args(engine_args)
-    prompt: str | list[int] = text
+    prompt: str | list[int] | dict[str, Any] = text
     if args.chat:
-        prompt = llm.chat_prompt_ids([{"role": "user", "content": text}])
+        image_parts = [{"type": "image_url", "image_url": {"url": ""}} for _ in images]
+        content = [*image_parts, {"type": "text", "text": text}] if images else text
+        prompt = llm.chat_prompt_ids([{"role": "user", "content": content}], len(images))
+    if images:
+        key = "prompt" if isinstance(prompt, str) else "prompt_token_ids"
+        prompt = {key: prompt, "multi_modal_data": {"image": images}}
     context = llm.engine.max_model_len
     if args.stream:
         generated = 0

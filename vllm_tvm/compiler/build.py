@@ -116,7 +116,7 @@ def cache_key_for(request: CompileRequest) -> str:
     context and an explicit one that changes nothing share an artifact); the resolved
     options; the target as TVM configures it for this machine, the weights compiled
     quantized, CUDA-graph capture, TVM's version and the source of the code that builds it."""
-    _, parsed = request_model_config(request)
+    family, parsed = request_model_config(request)
     options = replace(
         request.options,
         weight_format=NATIVE,
@@ -132,6 +132,8 @@ def cache_key_for(request: CompileRequest) -> str:
         "tvm": tvm.__version__,
         "build_source": compiler_source_digest(),
     }
+    if family.checkpoint_layout is not None:
+        depends_on["checkpoint_layout"] = family.checkpoint_layout(request.model_path).name
     return artifact_key(parsed.fingerprint(), options, depends_on)
 
 
@@ -214,7 +216,8 @@ def compile_model(request: CompileRequest, output_dir: Path, show_progress: bool
 def _report_quantization(request: CompileRequest, show_progress: bool) -> None:
     """Print each quantized tensor's relative error (compiler/quantization_report.py)."""
     family = family_for(read_model_config(request.model_path))
-    sources = family.sources_for(family.parse_config(read_model_config(request.model_path)))
+    config = family.parse_config(read_model_config(request.model_path))
+    sources = family.sources_for(config, request.model_path)
     errors = quantization_errors(request.model_path, request.weight_formats, sources, show_progress)
     print(format_report(str(request.quantization), errors), file=sys.stderr)
 

@@ -105,7 +105,7 @@ def export_model(request: CompileRequest) -> ExportedModel:
             name,
             [int(dim) for dim in param.shape],
             str(param.dtype),
-            family.sources_for(model_config),
+            family.sources_for(model_config, request.model_path),
             request.weight_formats,
         )
         for name, param in named_params

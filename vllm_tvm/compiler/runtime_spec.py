@@ -27,6 +27,7 @@ from vllm_tvm.artifacts.runtime_spec import (
     HiddenStatesSpec,
     RecurrentStateSpec,
     RuntimeSpec,
+    VisionSpec,
 )
 from vllm_tvm.artifacts.speculative_roles import (
     HEAD_ARCHITECTURES,
@@ -35,6 +36,7 @@ from vllm_tvm.artifacts.speculative_roles import (
 )
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.gated_delta_net import STATE_DTYPE
+from vllm_tvm.model_defs.gemma3_multimodal import ENCODE_IMAGES
 from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -74,13 +76,16 @@ def runtime_spec_for(
         prefill_chunk_limit=window if sliding else None,
         max_num_seqs=MLA_MAX_NUM_SEQS if latent else None,
         max_num_seqs_reason=MLA_BATCH_REASON if latent else "",
-        # A shared block holds keys and values but not the recurrent state after it.
-        prefix_caching=not sliding and not recurrent,
+        # A shared block holds keys and values but not the recurrent state after it; the
+        # soft tokens of every image carry one placeholder id, so blocks holding them
+        # would match across different images.
+        prefix_caching=not sliding and not recurrent and ENCODE_IMAGES not in functions,
         ragged_dispatch=RAGGED_LATENT if "extend" in functions else RAGGED_PREFILL,
         decode_single="decode_single" in functions,
         device_sampling="argmax" in functions and "sample" in functions,
         hidden_states=_hidden_states(config, functions),
         draft_head=_draft_head(config),
+        vision=_vision(config, functions),
     )
 
 
@@ -140,6 +145,22 @@ def _draft_head(config: Any) -> DraftHeadSpec | None:
     return DraftHeadSpec(
         getattr(config, "draft_vocab_size", config.vocab_size),
         tuple(getattr(config, "eagle_aux_hidden_state_layer_ids", ())),
+    )
+
+
+def _vision(config: Any, functions: list[str]) -> VisionSpec | None:
+    """The image encoder of a model that exports one (model_defs/gemma3_multimodal.py)."""
+    if ENCODE_IMAGES not in functions:
+        return None
+    side = config.vision.image_size
+    return VisionSpec(
+        encoder_function=ENCODE_IMAGES,
+        image_size=(side, side),
+        tokens_per_image=config.mm_tokens_per_image,
+        image_token_id=config.image_token_id,
+        begin_image_token_id=config.boi_token_id,
+        end_image_token_id=config.eoi_token_id,
+        bidirectional_image_attention=True,
     )
 
 

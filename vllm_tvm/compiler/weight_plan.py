@@ -67,7 +67,7 @@ def plan_weight_formats(
     family = family_for(config)
     parsed = family.parse_config(config)
     model = family.build_model(parsed, dtype, target.make_target())
-    weight_sources = family.sources_for(parsed)
+    weight_sources = family.sources_for(parsed, model_path)
     if prequantized:
         return _prequantized_formats(model_path, config, model, weight_sources)
     if quantization is not None:

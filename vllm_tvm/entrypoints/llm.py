@@ -18,9 +18,11 @@ from vllm_tvm.entrypoints.resolve import resolve_engine
 from vllm_tvm.entrypoints.vllm_options import without_no_effect_options
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage, decoded_from_pil
+from vllm_tvm.runtime.multimodal.image_url import load_image_url
 from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
-from vllm_tvm.runtime.tokenization.chat_messages import template_messages
+from vllm_tvm.runtime.tokenization.chat_messages import image_urls, template_messages
 
 Conversation = Sequence[Mapping[str, Any]]
 """Chat messages (`{"role": ..., "content": ...}`), oldest first."""
@@ -59,13 +61,32 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         priority: Sequence[int] | None = None,
     ) -> list[RequestOutput]:
-        """Complete every prompt (text, or a list of token ids) in one batched run; one
-        finished RequestOutput per prompt, in order. `priority` (one per prompt, lower runs
-        first) matters under scheduling_policy="priority"."""
-        if isinstance(prompts, str) or (
+        """Complete every prompt (text, or a list of token ids, or vLLM's dict of either
+        with `multi_modal_data={"image": ...}`: PIL images, one per image placeholder) in
+        one batched run; one finished RequestOutput per prompt, in order. `priority` (one
+        per prompt, lower runs first) matters under scheduling_policy="priority"."""
+        if isinstance(prompts, (str, Mapping)) or (
             isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
         ):
             prompts = [prompts]  # type: ignore[list-item]
+        params_list = self._params_for(prompts, sampling_params)  # type: ignore[arg-type]
+        if priority is not None and len(priority) != len(prompts):
+            raise ValueError(f"got {len(priority)} priorities for {len(prompts)} prompts")
+        split = [_prompt_and_images(prompt) for prompt in prompts]  # type: ignore[arg-type]
+        return generate_all(
+            self.engine,
+            [prompt for prompt, _ in split],
+            params_list,
+            priority,
+            [images for _, images in split],
+        )
+
+    def _params_for(
+        self,
+        prompts: Sequence[Any],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None,
+    ) -> list[SamplingParams]:
+        """One SamplingParams per prompt (the defaults when None)."""
         if sampling_params is None:
             sampling_params = self.get_default_sampling_params()
         params_list = (
@@ -75,9 +96,7 @@ class LLM:
         )
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
-        if priority is not None and len(priority) != len(prompts):
-            raise ValueError(f"got {len(priority)} priorities for {len(prompts)} prompts")
-        return generate_all(self.engine, list(prompts), params_list, priority)  # type: ignore[arg-type]
+        return params_list
 
     def chat(
         self,
@@ -94,23 +113,43 @@ class LLM:
         with the assistant turn opened when `add_generation_prompt`, and all are generated
         together; one RequestOutput per conversation, in order."""
         conversations = [messages] if messages and isinstance(messages[0], Mapping) else messages
-        prompts: list[PromptInput] = [
-            self.chat_prompt_ids(
-                conversation,  # type: ignore[arg-type]
-                chat_template=chat_template,
-                add_generation_prompt=add_generation_prompt,
-                tools=tools,
-                **(chat_template_kwargs or {}),
+        prompts: list[PromptInput] = []
+        images: list[list[DecodedImage]] = []
+        for conversation in conversations:
+            prompt_images = self.chat_images(conversation)  # type: ignore[arg-type]
+            prompts.append(
+                self.chat_prompt_ids(
+                    conversation,  # type: ignore[arg-type]
+                    len(prompt_images),
+                    chat_template=chat_template,
+                    add_generation_prompt=add_generation_prompt,
+                    tools=tools,
+                    **(chat_template_kwargs or {}),
+                )
             )
-            for conversation in conversations
-        ]
-        return self.generate(prompts, sampling_params)
+            images.append(prompt_images)
+        params_list = self._params_for(prompts, sampling_params)
+        return generate_all(self.engine, prompts, params_list, None, images)
 
-    def chat_prompt_ids(self, conversation: Conversation, **template_options: Any) -> list[int]:
+    def chat_images(self, conversation: Conversation) -> list[DecodedImage]:
+        """The images of `conversation`'s `image_url` parts (data: URLs), in prompt order."""
+        return [
+            load_image_url(url, index) for index, (_, url) in enumerate(image_urls(conversation))
+        ]
+
+    def chat_prompt_ids(
+        self, conversation: Conversation, images: int = 0, **template_options: Any
+    ) -> list[int]:
         """The token ids of `conversation` rendered by the chat template (`template_options`:
-        chat_template, add_generation_prompt, tools, or the template's own variables)."""
-        messages = template_messages(conversation)
+        chat_template, add_generation_prompt, tools, or the template's own variables), its
+        `images` placeholders expanded into their soft tokens."""
+        intake = self.engine.intake.image_intake
+        placeholder = None if intake is None else intake.placeholder
+        messages = template_messages(conversation, placeholder)
         rendered = self.tokenizer.apply_chat_template(messages, **template_options)
+        if images:
+            assert intake is not None  # image parts were refused without a placeholder
+            rendered = intake.expand_text(rendered, images)
         return self.tokenizer.encode(rendered, add_special_tokens=False)
 
     def get_default_sampling_params(self) -> SamplingParams:
@@ -120,9 +159,15 @@ class LLM:
             return SamplingParams()
         return SamplingParams(**generation_defaults_from_checkpoint(self.model_path))  # type: ignore[arg-type]
 
-    def stream(self, prompt: PromptInput, params: SamplingParams) -> Iterator[RequestOutput]:
-        """One request's outputs as it runs, each holding only what is new (delta)."""
-        request_id = self.engine.add_request(None, prompt, params, output_kind="delta")
+    def stream(
+        self, prompt: PromptInput | Mapping[str, Any], params: SamplingParams
+    ) -> Iterator[RequestOutput]:
+        """One request's outputs as it runs, each holding only what is new (delta); a dict
+        prompt may carry images (see `generate`)."""
+        prompt, images = _prompt_and_images(prompt)
+        request_id = self.engine.add_request(
+            None, prompt, params, output_kind="delta", images=images
+        )
         finished = False
         try:
             while not finished:
@@ -139,20 +184,45 @@ class LLM:
         return self.engine.reset_prefix_cache()
 
 
+def _prompt_and_images(prompt: PromptInput | Mapping[str, Any]) -> tuple[PromptInput, list]:
+    """A prompt and its images: vLLM's dict prompt (`prompt` or `prompt_token_ids`, and
+    `multi_modal_data={"image": image or [images]}`), or a plain prompt with none."""
+    if not isinstance(prompt, Mapping):
+        return prompt, []
+    text = prompt.get("prompt_token_ids", prompt.get("prompt"))
+    if text is None:
+        raise ValueError("a dict prompt needs 'prompt' or 'prompt_token_ids'")
+    data = dict(prompt.get("multi_modal_data") or {})
+    unsupported = sorted(set(data) - {"image"})
+    if unsupported:
+        raise ValueError(f"unsupported multi_modal_data {unsupported}; supported: 'image'")
+    images = data.get("image", [])
+    images = images if isinstance(images, (list, tuple)) else [images]
+    return text, [
+        image if isinstance(image, DecodedImage) else decoded_from_pil(image, index)
+        for index, image in enumerate(images)
+    ]
+
+
 def generate_all(
     engine: LLMEngine,
     prompts: Sequence[PromptInput],
     params: Sequence[SamplingParams],
     priorities: Sequence[int] | None = None,
+    images: Sequence[Sequence[DecodedImage]] | None = None,
 ) -> list[RequestOutput]:
-    """Run requests to completion on `engine`, batched; outputs in prompt order.
+    """Run requests to completion on `engine`, batched; outputs in prompt order (`images`:
+    each prompt's, none when None).
 
     Every request is validated before any is queued, so a bad one refuses the whole call.
     """
     priorities = priorities if priorities is not None else [0] * len(prompts)
+    images = images if images is not None else [()] * len(prompts)
     requests = [
-        engine.make_request(prompt, param, None, priority, "final_only")
-        for prompt, param, priority in zip(prompts, params, priorities, strict=True)
+        engine.make_request(prompt, param, None, priority, "final_only", prompt_images)
+        for prompt, param, priority, prompt_images in zip(
+            prompts, params, priorities, images, strict=True
+        )
     ]
     for request in requests:
         engine.add(request)

@@ -11,14 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tvm.relax.frontend import nn
 
 from vllm_tvm.checkpoints.family_index import family_of, refusal_of, served_architectures
-from vllm_tvm.model_defs import deepseek, learned_positions, llama, moe, qwen3_next
+from vllm_tvm.model_defs import (
+    deepseek,
+    gemma3_multimodal,
+    learned_positions,
+    llama,
+    moe,
+    qwen3_next,
+)
+from vllm_tvm.model_defs.checkpoint_layout import CheckpointLayout
 from vllm_tvm.model_defs.config import ConfigRecord, parse_llama_family_config
 from vllm_tvm.model_defs.deepseek_config import parse_deepseek_config
+from vllm_tvm.model_defs.gemma3_multimodal import parse_gemma3_multimodal_config
 from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
 from vllm_tvm.model_defs.moe_config import parse_moe_config
 from vllm_tvm.model_defs.qwen3_next_config import parse_hybrid_config
@@ -49,9 +59,16 @@ class ModelFamily:
     recurrent: bool = False
     """Whether the model has recurrent layers, whose kernels the compiler hands `build_model`
     (model definitions never import schedules)."""
+    checkpoint_layout: Callable[[Path], CheckpointLayout] | None = None
+    """(checkpoint path) -> its tensor-name layout, for families whose names differ between
+    checkpoints of one architecture (Gemma 3's vision tower); when set, and the checkpoint
+    is known, its sources replace `weight_sources` and its name is in the cache key."""
 
-    def sources_for(self, config: ConfigRecord) -> WeightSources:
-        """The checkpoint tensors of each parameter of a model built from `config`."""
+    def sources_for(self, config: ConfigRecord, model_path: Path | None = None) -> WeightSources:
+        """The checkpoint tensors of each parameter of a model built from `config` (read
+        from the checkpoint at `model_path`, when given)."""
+        if self.checkpoint_layout is not None and model_path is not None:
+            return self.checkpoint_layout(model_path).sources
         if self.config_weight_sources is None:
             return self.weight_sources
         sources = self.config_weight_sources
@@ -110,18 +127,12 @@ _GPT2_FAMILY = ModelFamily(
 )
 
 
-def _text_tower_sources(param_name: str) -> tuple[list[str], int]:
-    """Checkpoint names of a multimodal checkpoint's text tower (`language_model.` + the
-    Llama-family names); the vision tower's tensors are never read."""
-    sources, axis = llama.fused_weight_sources(param_name)
-    return [f"language_model.{source}" for source in sources], axis
-
-
-_LLAMA_TEXT_TOWER = ModelFamily(
-    name="llama-text-tower",
-    parse_config=parse_llama_family_config,
-    build_model=llama.LlamaForCausalLM,
-    weight_sources=_text_tower_sources,
+_GEMMA3_MULTIMODAL = ModelFamily(
+    name="gemma3-multimodal",
+    parse_config=parse_gemma3_multimodal_config,
+    build_model=gemma3_multimodal.Gemma3ForConditionalGeneration,
+    weight_sources=gemma3_multimodal.gemma3_multimodal_weight_sources,
+    checkpoint_layout=gemma3_multimodal.checkpoint_layout,
 )
 
 _HYBRID_FAMILY = ModelFamily(
@@ -142,13 +153,13 @@ DEFINITIONS: dict[str, ModelFamily] = {
         _PREFUSED_LLAMA,
         _OPT_FAMILY,
         _GPT2_FAMILY,
-        _LLAMA_TEXT_TOWER,
+        _GEMMA3_MULTIMODAL,
         _HYBRID_FAMILY,
     )
 }
 """The model definitions by the name a family module's `definition` gives
-(`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `llama-text-tower`: the
-decoder of a multimodal checkpoint)."""
+(`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `gemma3-multimodal`: the
+decoder of a multimodal Gemma 3 checkpoint with its vision tower)."""
 
 
 def family_for(config: dict[str, Any]) -> ModelFamily:

@@ -22,7 +22,7 @@ fused matrices themselves under the same names (`prefused_weight_sources()`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from tvm.relax.frontend import nn
@@ -51,6 +51,14 @@ FUSED_PROJECTIONS = {
 }
 
 
+class BlockAttention(Protocol):
+    """Rewrites rows of an attention output from the q/k/v it was computed from."""
+
+    def __call__(
+        self, qkv: Tensor, causal: Tensor, q_heads: int, kv_heads: int, sm_scale: float
+    ) -> Tensor: ...
+
+
 class LlamaAttention(nn.Module):
     """Self-attention with fused qkv projection over the paged KV cache."""
 
@@ -69,6 +77,9 @@ class LlamaAttention(nn.Module):
         )
         self.sm_scale = config.attention_scale
         self.model_rope = _layer_rope(config, layer_id)
+        self.block_attention: BlockAttention | None = None
+        """Set by a definition whose prefill lets some rows see more than the causal past
+        (image_block_attention.py); it may replace rows of the cache's attention output."""
         self.qk_norm_scope = config.qk_norm_scope
         self.q_norm = None
         self.k_norm = None
@@ -105,6 +116,10 @@ class LlamaAttention(nn.Module):
         attn = kv_cache.attention_with_fused_qkv(
             layer_id, qkv, self.num_q_heads, sm_scale=self.sm_scale
         )
+        if self.block_attention is not None:
+            attn = self.block_attention(
+                qkv, attn, self.num_q_heads, self.num_kv_heads, self.sm_scale
+            )
         attn = op.reshape(attn, (batch, seq_len, self.num_q_heads * self.head_dim))
         return sum_over_ranks(self.o_proj(attn), self.shards)
 

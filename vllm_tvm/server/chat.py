@@ -60,7 +60,10 @@ class ChatCall:
             template_kwargs=kwargs,
             documents=request.documents,
         )
-        self.prompt = Prompt(ctx.encode(self.prompt_text, request.add_special_tokens), None)
+        images = ctx.chat_images(request.messages)
+        self.prompt = Prompt(
+            ctx.encode_chat(self.prompt_text, images, request.add_special_tokens), None, images
+        )
         constraint = structured_outputs(request)
         forced = forced_tool_constraint(self.tool_choice, request.tools)
         if forced is not None and constraint is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 
@@ -29,6 +29,7 @@ from vllm_tvm.runtime.engine.admission import (
     TooManySequencesError,
 )
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.requests.outputs import CompletionOutput, RequestOutput
 from vllm_tvm.runtime.sampling.dispatch import SAMPLING_FAULT
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -44,6 +45,8 @@ class Prompt:
 
     token_ids: list[int]
     text: str | None = None
+    images: Sequence[DecodedImage] = ()
+    """The prompt's images, one per image placeholder in `token_ids` (chat requests)."""
 
 
 @dataclass
@@ -154,7 +157,7 @@ class Generation:
         try:
             params.verify_for_vocab(engine.vocab_size, max_logprobs)
             for prompt, rid in zip(prompts, ids, strict=True):
-                engine.check_request(prompt.token_ids, params, rid, priority)
+                engine.check_request(prompt.token_ids, params, rid, priority, prompt.images)
         except (ValueError, TypeError) as err:
             engine.release(ids)
             raise APIError(str(err)) from err
@@ -212,7 +215,12 @@ class Generation:
     async def _pump(self, index: int, queue: asyncio.Queue[tuple[int, object]]) -> None:
         prompt = self.states[index].prompt
         stream = self._engine.generate(
-            prompt.token_ids, self.params, self.request_ids[index], self._priority, "delta"
+            prompt.token_ids,
+            self.params,
+            self.request_ids[index],
+            self._priority,
+            "delta",
+            prompt.images,
         )
         try:
             async for output in stream:

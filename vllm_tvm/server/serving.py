@@ -24,11 +24,18 @@ from starlette.types import Receive
 
 from vllm_tvm.checkpoints.generation_config import generation_defaults_from_checkpoint
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
+from vllm_tvm.runtime.multimodal.image_errors import ImageInputError
+from vllm_tvm.runtime.multimodal.image_url import load_image_url
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
 from vllm_tvm.runtime.tokenization import ChatTemplateError, Tokenizer
-from vllm_tvm.runtime.tokenization.chat_messages import UnsupportedContentError, template_messages
+from vllm_tvm.runtime.tokenization.chat_messages import (
+    UnsupportedContentError,
+    image_urls,
+    template_messages,
+)
 from vllm_tvm.server.config import ServerConfig
 from vllm_tvm.server.errors import APIError
 from vllm_tvm.server.generation import (
@@ -117,6 +124,11 @@ class ServingContext:
         )
         self.token_text = TokenText(self.tokenizer)
         self.created = int(time.time())
+        self.image_intake = engine.image_intake
+        self.image_placeholder = (
+            None if self.image_intake is None else self.image_intake.placeholder
+        )
+        """What an image part renders as in the prompt text; None: image parts are refused."""
 
     @property
     def model_name(self) -> str:
@@ -169,7 +181,9 @@ class ServingContext:
         if chat_template is not None and not self.config.trust_request_chat_template:
             raise APIError(UNTRUSTED_TEMPLATE, param="chat_template")
         try:
-            chat = template_messages([item.model_dump(exclude_unset=True) for item in messages])
+            chat = template_messages(
+                [item.model_dump(exclude_unset=True) for item in messages], self.image_placeholder
+            )
         except UnsupportedContentError as err:
             raise APIError(str(err), param="messages") from err
         tool_dicts = [tool.model_dump(exclude_none=True) for tool in tools] if tools else None
@@ -203,6 +217,30 @@ class ServingContext:
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         """Token ids of `text`."""
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def chat_images(self, messages: Sequence[Any]) -> list[DecodedImage]:
+        """The decoded images of a rendered chat's `image_url` parts, in prompt order; a bad,
+        truncated or oversized one is a 400 naming its part."""
+        if self.image_placeholder is None:
+            return []  # `render_chat` refused every image part by name
+        images = []
+        for name, url in image_urls([item.model_dump(exclude_unset=True) for item in messages]):
+            try:
+                images.append(load_image_url(url, len(images)))
+            except ImageInputError as err:
+                raise APIError(f"{name}: {err.reason}", param=name) from err
+        return images
+
+    def encode_chat(self, text: str, images: list[DecodedImage], add_special: bool) -> list[int]:
+        """Token ids of a rendered chat, each image placeholder expanded into the image's
+        soft tokens as the model's processor does (image_intake.py)."""
+        if images:
+            assert self.image_intake is not None  # `chat_images` found images
+            try:
+                text = self.image_intake.expand_text(text, len(images))
+            except ValueError as err:
+                raise APIError(str(err), param="messages") from err
+        return self.encode(text, add_special)
 
     def log_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
         """Log an incoming request (--enable-log-requests), the prompt and each parameter

@@ -31,8 +31,8 @@ from vllm_tvm.checkpoints.gguf_file import GGUFFile
 
 GEMMA_TEXT_ARCHITECTURES = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
 GEMMA3_MULTIMODAL = "Gemma3ForConditionalGeneration"
-"""Served as its text tower: the vision tower's weights are not read, image input does not
-exist in the engine."""
+"""Served with its vision tower (model_defs/gemma3_multimodal.py): the decoder's options are
+read from `text_config` here, the vision tower's from `vision_config` there."""
 
 GEMMA3_DEFAULT_SLIDING_PATTERN = 6
 GEMMA3_DEFAULT_LOCAL_ROPE_THETA = 10000.0
@@ -187,7 +187,7 @@ FAMILIES = (
     FamilySpec(
         name="gemma3-multimodal",
         architectures=(GEMMA3_MULTIMODAL,),
-        definition="llama-text-tower",
+        definition="gemma3-multimodal",
         config_options=_options,
         text_config=_text_tower_config,
         sliding_rope=_split_rope_parameters,

@@ -19,14 +19,16 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from vllm_tvm.runtime.engine.admission import Admission, AdmissionLimits
+from vllm_tvm.runtime.engine.image_intake import ImageIntake
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, LogitsHook, PromptInput
 from vllm_tvm.runtime.engine.metrics import EngineStats
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
 from vllm_tvm.runtime.kv.cache_config import CacheConfig
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.requests.sequence import OutputKind, Request
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -77,6 +79,11 @@ class AsyncEngine:
         return self.engine.max_model_len
 
     @property
+    def image_intake(self) -> ImageIntake | None:
+        """The engine's image intake (None: the model takes text only)."""
+        return self.engine.intake.image_intake
+
+    @property
     def vocab_size(self) -> int:
         """Rows of the model's logits (may exceed the tokenizer's vocabulary)."""
         return self.engine.runner.vocab_size
@@ -98,10 +105,15 @@ class AsyncEngine:
         self.engine.logits_hooks.append(hook)
 
     def check_request(
-        self, prompt: PromptInput, params: SamplingParams, request_id: str, priority: int = 0
+        self,
+        prompt: PromptInput,
+        params: SamplingParams,
+        request_id: str,
+        priority: int = 0,
+        images: Sequence[DecodedImage] = (),
     ) -> None:
         """Raise what `generate` would raise for this request, without queuing it."""
-        self.engine.make_request(prompt, params, request_id, priority)
+        self.engine.make_request(prompt, params, request_id, priority, images=images)
 
     # ---- caller side ----
 
@@ -128,6 +140,7 @@ class AsyncEngine:
         request_id: str | None = None,
         priority: int = 0,
         output_kind: OutputKind = "delta",
+        images: Sequence[DecodedImage] = (),
     ) -> AsyncIterator[RequestOutput]:
         """Queue a request; yield its outputs until the finished one.
 
@@ -135,7 +148,9 @@ class AsyncEngine:
         queued. A request that fails later ends with an output whose finish_reason is
         "error". Leaving the iteration early aborts the request.
         """
-        request = self.engine.make_request(prompt, params, request_id, priority, output_kind)
+        request = self.engine.make_request(
+            prompt, params, request_id, priority, output_kind, images
+        )
         request_id = request.request_id
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already in use")

@@ -20,6 +20,7 @@ from vllm_tvm.artifacts.runtime_spec import RuntimeSpec
 from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
+from vllm_tvm.runtime.engine.image_intake import ImageIntake
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
 from vllm_tvm.runtime.kv.cache_config import (
     CacheConfig,
@@ -57,6 +58,8 @@ class EngineParts:
     scheduler_config: SchedulerConfig
     max_model_len: int
     draft_runner: ModelRunner | None = None
+    image_intake: ImageIntake | None = None
+    """The images' preprocessing of a model with a vision tower; None: text only."""
 
 
 def _cap_batch(args: EngineArgs, spec: RuntimeSpec) -> EngineArgs:
@@ -187,7 +190,17 @@ def load_engine_parts(args: EngineArgs) -> EngineParts:
         scheduler_config=replace(scheduler_config, max_num_batched_tokens=budget),
         max_model_len=max_model_len,
         draft_runner=draft_runner,
+        image_intake=_image_intake(runner.spec, model_path, tokenizer, budget),
     )
+
+
+def _image_intake(
+    spec: RuntimeSpec, model_path: Path, tokenizer: Tokenizer | None, budget: int
+) -> ImageIntake | None:
+    """The image intake of an artifact that carries a vision tower (none otherwise)."""
+    if spec.vision is None:
+        return None
+    return ImageIntake.from_checkpoint(model_path, spec.vision, tokenizer, budget)
 
 
 def _dummy_params(args: EngineArgs, manifest: Manifest) -> list[Any] | None:

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
+from vllm_tvm.runtime.engine.image_intake import ImageIntake
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
+from vllm_tvm.runtime.requests.prompt_images import PromptImages
 from vllm_tvm.runtime.requests.sequence import (
     EngineSequence,
     NoTextDecoder,
@@ -58,6 +62,7 @@ class RequestIntake:
     """Validates prompts and parameters and builds each `Request` with its sequences.
 
     `tokenizer` None: token-id prompts only, no text (stop strings are refused too).
+    `image_intake` None: the model takes text only, and a request with images is refused.
     """
 
     def __init__(
@@ -66,8 +71,10 @@ class RequestIntake:
         eos_token_ids: list[int],
         max_model_len: int,
         vocab_size: int,
+        image_intake: ImageIntake | None = None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.image_intake = image_intake
         self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
@@ -83,20 +90,19 @@ class RequestIntake:
         request_id: str | None = None,
         priority: int = 0,
         output_kind: OutputKind = "cumulative",
+        images: Sequence[DecodedImage] = (),
     ) -> Request:
-        """Validate and tokenize a request (its id made up when None).
+        """Validate and tokenize a request (its id made up when None); `images` are the
+        prompt's, one per placeholder in order (image_intake.py).
 
-        Raises PromptTooLongError for a prompt at or past `max_model_len`, EmptyPromptError
-        for an empty one and ValueError for parameters the model cannot honour (or that need
-        a missing tokenizer).
+        Raises PromptTooLongError for a prompt at or past `max_model_len` (each image
+        counted as its soft tokens), EmptyPromptError for an empty one and ValueError for
+        parameters the model cannot honour (or that need a missing tokenizer), and for
+        images a text-only model, or a prompt whose placeholders do not match them.
         """
         if self.tokenizer is None:
             _check_without_tokenizer(prompt, params)
-        text, prompt_ids = (
-            (prompt, self.tokenizer.encode(prompt))
-            if isinstance(prompt, str)
-            else (None, [int(token) for token in prompt])
-        )
+        text, prompt_ids, prompt_images = self._prompt_ids(prompt, images)
         check_prompt_length(len(prompt_ids), self.max_model_len)
         out_of_vocab = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
         if out_of_vocab:
@@ -112,7 +118,30 @@ class RequestIntake:
             self._make_sequence(request_id, index, prompt_ids, params, arrival, priority)
             for index in range(params.n)
         ]
+        for seq in seqs:
+            seq.images = prompt_images
         return Request(request_id, text, prompt_ids, seqs, output_kind, arrival)
+
+    def _prompt_ids(
+        self, prompt: PromptInput, images: Sequence[DecodedImage]
+    ) -> tuple[str | None, list[int], PromptImages | None]:
+        """(the prompt text, its token ids with every image's soft tokens, its images)."""
+        if images and self.image_intake is None:
+            raise ValueError(
+                "this model takes text only: image input needs an artifact with a vision "
+                "tower (a Gemma3ForConditionalGeneration checkpoint)"
+            )
+        text = prompt if isinstance(prompt, str) else None
+        if not images:
+            ids = [int(t) for t in prompt] if text is None else self.tokenizer.encode(text)  # type: ignore[union-attr]
+            return text, ids, None
+        intake = self.image_intake
+        assert intake is not None
+        if text is not None:
+            ids = self.tokenizer.encode(intake.expand_text(text, len(images)))  # type: ignore[union-attr]
+        else:
+            ids = intake.expand_ids([int(t) for t in prompt], len(images))
+        return text, ids, intake.prompt_images(ids, images)
 
     def _make_sequence(
         self,

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from vllm_tvm.runtime.engine.args import ASYNC_WITH_SPECULATION, EngineArgs
 from vllm_tvm.runtime.engine.builder import load_engine_parts
 from vllm_tvm.runtime.engine.cache_fit import recurrent_slots_for
+from vllm_tvm.runtime.engine.image_intake import ImageIntake
 from vllm_tvm.runtime.engine.intake import PromptInput, RequestIntake
 from vllm_tvm.runtime.engine.launched_step import LaunchedStep, record_prompt_logprobs
 from vllm_tvm.runtime.engine.metrics import EngineMetrics
@@ -37,6 +39,7 @@ from vllm_tvm.runtime.kv.cache_config import CacheConfig
 from vllm_tvm.runtime.model.batch import ForwardRunner, prepare_batch, run_forward
 from vllm_tvm.runtime.model.runner import ModelRunner
 from vllm_tvm.runtime.model.runner_interface import Runner
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.requests.sequence import (
     FINISH_ABORT,
@@ -81,6 +84,7 @@ class LLMEngine:
         speculative_config: SpeculativeConfig | None = None,
         draft_runner: ModelRunner | None = None,
         async_scheduling: bool = False,
+        image_intake: ImageIntake | None = None,
     ) -> None:
         """Drive `runner`, whose KV cache must hold `cache_config`'s pool, `max_num_seqs`
         sequences per forward and a prefill chunk of the step's token budget. `tokenizer`
@@ -88,7 +92,8 @@ class LLMEngine:
         every decode step computes one token per sequence; methods `draft_model`, `eagle` and
         `mtp` draft with `draft_runner` (a draft model, an EAGLE head, an MTP layer).
         `async_scheduling`: each forward is sampled by the next `step()` call (see `step`);
-        not with speculation."""
+        not with speculation. `image_intake` None: text prompts only (a model without a
+        vision tower)."""
         if async_scheduling and speculative_config is not None:
             raise ValueError(ASYNC_WITH_SPECULATION)
         runner.kv_config.check_holds(
@@ -106,7 +111,13 @@ class LLMEngine:
         slots = recurrent_slots_for(runner, cache_config, scheduler_config, speculative_config)
         self.block_manager = BlockManager(runner.kv_cache, cache_config, slots)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, self.metrics)
-        self.intake = RequestIntake(tokenizer, eos_token_ids, max_model_len, runner.vocab_size)
+        if image_intake is not None and speculative_config is not None:
+            raise ValueError(
+                "speculative decoding is not supported for a model with a vision tower"
+            )
+        self.intake = RequestIntake(
+            tokenizer, eos_token_ids, max_model_len, runner.vocab_size, image_intake
+        )
         self.sampler = Sampler(logprobs_mode=logprobs_mode, eos_token_ids=eos_token_ids, seed=seed)
         self.sampling = SamplingDispatch(self.sampler, device_sampling_enabled())
         self.speculator: Speculator | None = None
@@ -148,6 +159,7 @@ class LLMEngine:
             args.speculative_config,
             parts.draft_runner,
             args.overlaps_steps,
+            parts.image_intake,
         )
 
     @property
@@ -185,10 +197,11 @@ class LLMEngine:
         request_id: str | None = None,
         priority: int = 0,
         output_kind: OutputKind = "cumulative",
+        images: Sequence[DecodedImage] = (),
     ) -> Request:
         """Validate and tokenize a request without queuing it (safe from any thread); see
         `RequestIntake.make_request` for what is refused."""
-        return self.intake.make_request(prompt, params, request_id, priority, output_kind)
+        return self.intake.make_request(prompt, params, request_id, priority, output_kind, images)
 
     def add(self, request: Request) -> None:
         """Queue a request made by `make_request`."""
@@ -205,9 +218,11 @@ class LLMEngine:
         params: SamplingParams,
         priority: int = 0,
         output_kind: OutputKind = "cumulative",
+        images: Sequence[DecodedImage] = (),
     ) -> str:
-        """Validate and queue a request (text or token ids); its id (made up when None)."""
-        request = self.make_request(prompt, params, request_id, priority, output_kind)
+        """Validate and queue a request (text or token ids, and its images); its id (made
+        up when None)."""
+        request = self.make_request(prompt, params, request_id, priority, output_kind, images)
         self.add(request)
         return request.request_id
 

@@ -8,6 +8,9 @@ the KV cache (a whole prompt, the rest of one, or the token sampled last step) a
 many as the budget allows, running sequences first, then waiting ones in policy order.
 
 - A prompt longer than what is left of the budget is chunked: its next piece runs this step.
+  A prompt with images is admitted only when its first chunk reaches through its last
+  image (requests/prompt_images.py: an image's soft tokens are prefilled together, from
+  the prompt's start); until then it waits, as for blocks.
 - When a running sequence cannot get a block, the lowest-priority running sequence is
   preempted (its blocks freed, its tokens recomputed later; the cached ones come back
   through the prefix cache), until it can or it was the one preempted. No new sequence is
@@ -187,6 +190,8 @@ class Scheduler:
             hit = manager.match_prefix(seq)
             num_cached = len(hit) * manager.block_size
             num_tokens = min(seq.num_tokens - num_cached, budget)
+            if seq.images is not None and num_cached + num_tokens < seq.images.prefill_floor:
+                break  # its images are prefilled in one chunk: it waits for a budget that fits
             if not manager.can_allocate(hit, num_cached + num_tokens):
                 break
             manager.allocate(seq, hit, num_cached + num_tokens)

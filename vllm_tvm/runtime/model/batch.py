@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+import numpy as np
+
+from vllm_tvm.runtime.requests.prompt_images import ForwardImages, PromptImages
 from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 
 if TYPE_CHECKING:
@@ -39,9 +42,15 @@ class ForwardRunner(Protocol):
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
         recurrent_slots: Sequence[int] | None = None,
+        images: ForwardImages | None = None,
     ) -> DeviceLogits:
         """One ragged forward over `chunks`; the logits rows at `logit_positions`
-        (`recurrent_slots`: each sequence's recurrent-state slot, for a hybrid model)."""
+        (`recurrent_slots`: each sequence's recurrent-state slot, for a hybrid model;
+        `images`: soft-token rows whose embeddings are replaced, for a vision model)."""
+        ...
+
+    def encode_images(self, pixel_values: np.ndarray) -> np.ndarray:
+        """Soft-token embeddings [images, tokens, hidden] of pixel values [images, 3, H, W]."""
         ...
 
     def decode_logits(
@@ -84,6 +93,9 @@ class ForwardBatch:
     sampling_rows: list[int]
     prompt_logprob_rows: list[PromptLogprobRows]
     recurrent_slots: list[int] | None = None
+    images: list[tuple[int, PromptImages]] = field(default_factory=list)
+    """(row of the chunk's first token, the prompt's images) of each chunk that prefills
+    images: always from the prompt's start through its last image."""
 
     @property
     def is_decode(self) -> bool:
@@ -153,9 +165,14 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
     sampling_rows: list[int] = []
     logprob_rows: list[PromptLogprobRows] = []
     offset = 0
+    images: list[tuple[int, PromptImages]] = []
     for item in prefills:
         seq, start, count = item.seq, item.seq.num_computed_tokens, item.num_tokens
         assert seq.kv_id is not None
+        if seq.images is not None and start < seq.images.prefill_floor:
+            # The scheduler admits an image prompt only with a first chunk this long.
+            assert start == 0 and count >= seq.images.prefill_floor, "an image block was split"
+            images.append((offset, seq.images))
         kv_ids.append(seq.kv_id)
         token_ids.extend(seq.token_ids[start : start + count])
         lengths.append(count)
@@ -182,14 +199,26 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
         positions.append(offset - 1)
     slots = recurrent_slots([*(item.seq for item in prefills), *decodes])
     return ForwardBatch(
-        kv_ids, token_ids, lengths, positions, sampling_seqs, sampling_rows, logprob_rows, slots
+        kv_ids,
+        token_ids,
+        lengths,
+        positions,
+        sampling_seqs,
+        sampling_rows,
+        logprob_rows,
+        slots,
+        images,
     )
 
 
 def run_forward(runner: ForwardRunner, batch: ForwardBatch) -> DeviceLogits:
     """Run `batch` as one forward on `runner`; its logits rows, on the device (the slots go
     only to a runner of a model with recurrent state, so no other runner takes them)."""
-    slots = {} if batch.recurrent_slots is None else {"recurrent_slots": batch.recurrent_slots}
+    slots: dict[str, Any] = (
+        {} if batch.recurrent_slots is None else {"recurrent_slots": batch.recurrent_slots}
+    )
+    if batch.images:
+        slots["images"] = forward_images(runner, batch.images)
     if batch.logit_positions is None:
         return runner.decode_logits(batch.kv_ids, batch.token_ids, **slots)
     ends = list(itertools.accumulate(batch.chunk_lengths))
@@ -198,3 +227,22 @@ def run_forward(runner: ForwardRunner, batch: ForwardBatch) -> DeviceLogits:
         for end, length in zip(ends, batch.chunk_lengths, strict=True)
     ]
     return runner.prefill_logits(batch.kv_ids, chunks, batch.logit_positions, **slots)
+
+
+def forward_images(
+    runner: ForwardRunner, chunks: Sequence[tuple[int, PromptImages]]
+) -> ForwardImages:
+    """The soft-token rows of a forward's image chunks, each image encoded the first time
+    one of its request's sequences prefills it (the request's sequences share it)."""
+    rows: list[np.ndarray] = []
+    embeddings: list[np.ndarray] = []
+    groups: list[np.ndarray] = []
+    for offset, images in chunks:
+        if images.embeddings is None:
+            images.embeddings = runner.encode_images(images.pixel_values)
+        for start, image_embeddings in zip(images.starts, images.embeddings, strict=True):
+            span = np.arange(offset + start, offset + start + images.tokens_per_image)
+            rows.append(span)
+            embeddings.append(image_embeddings)
+            groups.append(np.full(len(span), len(groups)))
+    return ForwardImages(np.concatenate(rows), np.concatenate(embeddings), np.concatenate(groups))

@@ -31,10 +31,31 @@ from vllm_tvm.runtime.model.cpu_threads import (
     prepare_cpu_pool,
 )
 from vllm_tvm.runtime.model.runner_interface import Runner
+from vllm_tvm.runtime.requests.prompt_images import ForwardImages
 from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 from vllm_tvm.runtime.weights.loader import load_params, open_weights, to_dtype
 
 DECODE = "decode"
+IMAGE_PREFILL = "prefill_images"
+"""The prefill of a vision model's forwards that carry image soft tokens."""
+MASKED = -1e30
+"""The attention bias of a key a row may not see (exp underflows to 0 in fp32)."""
+
+
+def image_attention_inputs(
+    lengths: Sequence[int], images: ForwardImages
+) -> tuple[np.ndarray, np.ndarray]:
+    """The image prefill's attention bias [tokens, tokens] (a row sees the keys of its own
+    sequence up to itself, and all of its image) and its soft-token rows [tokens] (1 at a
+    soft token, else 0; float32, cast to the model's dtype by the caller)."""
+    sequence = np.repeat(np.arange(len(lengths)), lengths)
+    group = np.full(len(sequence), -1)
+    group[images.rows] = images.groups
+    index = np.arange(len(sequence))
+    same_image = (group[:, None] == group[None, :]) & (group[:, None] >= 0)
+    causal = index[None, :] <= index[:, None]
+    allowed = (sequence[:, None] == sequence[None, :]) & (causal | same_image)
+    return np.where(allowed, 0.0, MASKED).astype(np.float32), (group >= 0).astype(np.float32)
 
 
 def _tvm_device(device: str) -> Any:
@@ -130,6 +151,16 @@ class ModelRunner(Runner):
         ids = self.forward_input(np.asarray(token_ids, dtype=np.int32))
         return self._embed(ids, self.params)
 
+    def encode_images(self, pixel_values: np.ndarray) -> np.ndarray:
+        """The soft-token embeddings [images, tokens, hidden] of preprocessed images
+        [images, 3, H, W], from the artifact's compiled image encoder."""
+        vision = self.spec.vision
+        if vision is None:
+            raise ArtifactError("the artifact has no vision tower: it takes text only")
+        typed = np.ascontiguousarray(to_dtype(pixel_values, self.manifest.dtype))
+        encoder = self._function(vision.encoder_function)
+        return encoder(self.to_device(typed), self.params).numpy()
+
     def to_device(self, array: np.ndarray) -> Any:
         """`array` copied to the runner's device."""
         return self._tvm.runtime.tensor(array, self.device)
@@ -178,6 +209,7 @@ class ModelRunner(Runner):
         input_hidden: np.ndarray | None = None,
         zeroed_rows: Sequence[int] = (),
         recurrent_slots: Sequence[int] | None = None,
+        images: ForwardImages | None = None,
     ) -> tuple[DeviceLogits, np.ndarray | None, np.ndarray]:
         """One ragged forward through the compiled `{mode}{suffix}` (`_ragged_mode`);
         `input_hidden` [tokens, hidden] goes in after the embeddings (their rows
@@ -185,7 +217,9 @@ class ModelRunner(Runner):
         positions (default: each chunk's last token), on the device; the hidden rows the
         function returned [rows, width] (at the positions, or of every token; as wide as
         the function made them), None when it returns none; the int32 positions.
-        A hybrid model's forward also takes `recurrent_slots` (`_state_inputs`)."""
+        A hybrid model's forward also takes `recurrent_slots` (`_state_inputs`); with
+        `images` their rows' embeddings are replaced and the artifact's image prefill runs
+        (model_defs/image_block_attention.py)."""
         lengths, positions, flat = self._ragged_plan(chunks, logit_positions)
         mode = self._ragged_mode(seq_ids, lengths)
         rows_shape = (len(flat), 1) if mode == DECODE else (1, len(flat))
@@ -194,6 +228,10 @@ class ModelRunner(Runner):
             host = embeddings.numpy()
             host[list(zeroed_rows)] = 0
             embeddings = self.forward_input(host)
+        if images is not None:
+            host = embeddings.numpy()
+            host[images.rows] = to_dtype(images.embeddings, self.manifest.dtype)
+            embeddings = self.forward_input(host)
         inputs = [embeddings._create_view((*rows_shape, self.hidden_size))]
         if input_hidden is not None:
             typed = np.ascontiguousarray(to_dtype(input_hidden, self.manifest.dtype))
@@ -201,6 +239,11 @@ class ModelRunner(Runner):
         if mode != DECODE:
             inputs.append(self.forward_input(positions))
         name = mode + suffix
+        if images is not None:
+            name = IMAGE_PREFILL
+            bias, rows = image_attention_inputs(lengths, images)
+            typed_rows = np.ascontiguousarray(to_dtype(rows, self.manifest.dtype))
+            inputs += [self.forward_input(bias), self.forward_input(typed_rows)]
         if name == DECODE and len(flat) == 1 and input_hidden is None and self.spec.decode_single:
             name = "decode_single"
         starts = None if mode == DECODE else [0, *itertools.accumulate(lengths)]
@@ -250,8 +293,11 @@ class ModelRunner(Runner):
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
         recurrent_slots: Sequence[int] | None = None,
+        images: ForwardImages | None = None,
     ) -> DeviceLogits:
-        return self.run_ragged(seq_ids, chunks, logit_positions, recurrent_slots=recurrent_slots)[0]
+        return self.run_ragged(
+            seq_ids, chunks, logit_positions, recurrent_slots=recurrent_slots, images=images
+        )[0]
 
     def prefill_with_hidden(
         self,

@@ -82,6 +82,12 @@ def decode_image(data: bytes, part_index: int, limits: ImageLimits | None = None
     return DecodedImage(pixels=pixels, part_index=part_index)
 
 
+def decoded_from_pil(image: Image.Image, part_index: int) -> DecodedImage:
+    """An image the caller already opened with Pillow (`LLM`'s prompts), prepared as
+    `decode_image` prepares decoded bytes."""
+    return DecodedImage(np.asarray(_to_rgb(ImageOps.exif_transpose(image))), part_index)
+
+
 def _check_pixel_budget(size: tuple[int, int], part_index: int, limits: ImageLimits) -> None:
     """Refuse an image whose header declares more pixels than the budget, before decoding."""
     width, height = size

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from vllm_tvm.runtime.requests.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from vllm_tvm.runtime.requests.prompt_images import PromptImages
 from vllm_tvm.runtime.requests.stop_checker import StopChecker, TextDecoder
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.sampling.sampler import SamplingContext, TokenLogprobs
@@ -78,6 +79,8 @@ class EngineSequence:
     kv_id: int | None = None
     recurrent_slot: int | None = None
     block_hashes: list[bytes] = field(default_factory=list)
+    images: PromptImages | None = None
+    """The prompt's images (shared by the request's sequences); None: text only."""
     text: str = ""
     logprobs: list[TokenLogprobs] | None = None
     cumulative_logprob: float = 0.0

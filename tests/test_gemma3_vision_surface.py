@@ -1,0 +1,240 @@
+"""Images through the user-facing surface of a tiny random Gemma3ForConditionalGeneration:
+`LLM.chat` with an `image_url` data: URL (prompt ids as transformers' Gemma 3 processor
+expands the rendered text, greedy tokens as transformers generates them), the openai client
+through a live server on loopback (the engine's answer), hostile images and non-image media
+as 400s naming the part, and `vllm-tvm generate --image FILE`."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+import torch
+from PIL import Image
+from server_helpers import LiveServer
+
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.entrypoints.resolve import resolve_artifact
+from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.engine.async_engine import AsyncEngine
+from vllm_tvm.runtime.engine.llm_engine import LLMEngine
+from vllm_tvm.runtime.sampling.params import SamplingParams
+from vllm_tvm.server.config import ServerConfig
+from vllm_tvm.server.serving import ServingContext
+
+pytestmark = pytest.mark.slow
+
+NEW_TOKENS = 24
+GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+MODEL_NAME = "tiny-vlm"
+QUESTION = "What is in the picture?"
+
+
+def _png(height: int, width: int, seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def _messages(*urls: str) -> list[dict]:
+    parts = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": QUESTION}]}]
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_gemma3_vlm) -> LLM:
+    return LLM(tiny_gemma3_vlm.path, device="cpu", show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_gemma3_vlm):
+    path = tiny_gemma3_vlm.path
+    artifact = resolve_artifact(CompileOptions(path), show_progress=False)
+    args = EngineArgs(model=str(path), artifact=artifact, show_progress=False, seed=0)
+    engine = AsyncEngine(LLMEngine.from_args(args))
+    config = ServerConfig(
+        engine=EngineArgs(model=str(path)),
+        served_model_name=[MODEL_NAME],
+        enable_log_requests=False,
+    )
+    live = LiveServer(ServingContext(engine, config))
+    yield live
+    live.stop()
+    engine.shutdown()
+
+
+def test_llm_chat_with_an_image_equals_transformers(llm: LLM, tiny_gemma3_vlm) -> None:
+    import transformers
+    from tokenizers import Tokenizer
+
+    png = _png(48, 64, 1)
+    ours = llm.chat(_messages(_data_url(png)), GREEDY)[0]
+    checkpoint = tiny_gemma3_vlm.path
+    rendered = (  # tiny_vlm.CHAT_TEMPLATE of the messages, the image part as its token
+        f"<start_of_turn>user\n<start_of_image>\n{QUESTION}<end_of_turn>\n<start_of_turn>model\n"
+    )
+    soft = "<image_soft_token>" * 4
+    expanded = rendered.replace(
+        "<start_of_image>", f"\n\n<start_of_image>{soft}<end_of_image>\n\n"
+    )  # transformers' Gemma3Processor.full_image_sequence
+    ids = Tokenizer.from_file(str(checkpoint / "tokenizer.json")).encode(expanded).ids
+    assert list(ours.prompt_token_ids) == ids
+    oracle = transformers.Gemma3ForConditionalGeneration.from_pretrained(
+        checkpoint, dtype=torch.float32
+    ).eval()
+    oracle.generation_config.eos_token_id = None
+    oracle.generation_config.pad_token_id = 0
+    processor = transformers.Gemma3ImageProcessor.from_pretrained(checkpoint)
+    pixel_values = processor([Image.open(io.BytesIO(png))], return_tensors="pt")["pixel_values"]
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        expected = oracle.generate(
+            input_ids=tokens,
+            pixel_values=pixel_values,
+            token_type_ids=(tokens == tiny_gemma3_vlm.image_token_id).long(),
+            attention_mask=torch.ones_like(tokens),
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+        )[0, len(ids) :]
+    assert list(ours.outputs[0].token_ids) == expected.tolist()
+
+
+def test_openai_client_sends_images_through_serve(llm: LLM, server) -> None:
+    messages = _messages(_data_url(_png(48, 64, 1)), _data_url(_png(30, 90, 2)))
+    reply = server.client().chat.completions.create(
+        model=MODEL_NAME, messages=messages, max_tokens=NEW_TOKENS, temperature=0.0
+    )
+    expected = llm.chat(messages, SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS))[0]
+    assert reply.choices[0].message.content == expected.outputs[0].text
+    assert reply.usage.prompt_tokens == len(expected.prompt_token_ids)
+
+
+def _huge_png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("1", (8200, 8200)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        (_data_url(_png(20, 20, 3)[:60]), "truncated or corrupt"),
+        (_data_url(b"GIF89a not really"), "not an image"),
+        (_data_url(b"plain text"), "not an image in an accepted format"),
+        ("data:image/png;base64,@@@", "base64"),
+    ],
+)
+def test_a_bad_image_is_a_400_naming_its_part(server, url: str, reason: str) -> None:
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hi"},
+                {"type": "image_url", "image_url": {"url": url}},
+            ],
+        }
+    ]
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=1)
+    message = caught.value.body["message"]
+    assert message.startswith("messages[0].content[1]: ") and reason in message
+
+
+def test_an_oversized_image_is_a_400_naming_its_part(server) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(
+            model=MODEL_NAME, messages=_messages(_data_url(_huge_png())), max_tokens=1
+        )
+    message = caught.value.body["message"]
+    assert message.startswith("messages[0].content[0]: ") and "pixels" in message
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+        {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}},
+    ],
+)
+def test_audio_and_video_parts_stay_refused_by_name(server, part: dict) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": [part]}], max_tokens=1
+        )
+    assert f"unsupported content part {part['type']!r}" in caught.value.body["message"]
+
+
+def test_generate_with_image_files_equals_llm_chat(
+    llm: LLM, tiny_gemma3_vlm, tmp_path: Path
+) -> None:
+    pngs = [_png(48, 64, 1), _png(30, 90, 2)]
+    files = []
+    for index, png in enumerate(pngs):
+        files.append(tmp_path / f"image{index}.png")
+        files[-1].write_bytes(png)
+    command = [
+        sys.executable,
+        "-m",
+        "vllm_tvm.cli.main",
+        "generate",
+        "--model",
+        str(tiny_gemma3_vlm.path),
+        "--chat",
+        "--prompt",
+        QUESTION,
+        "--max-tokens",
+        str(NEW_TOKENS),
+        "--json",
+        "--image",
+        str(files[0]),
+        "--image",
+        str(files[1]),
+    ]
+    root = str(Path(__file__).resolve().parents[1])
+    result = subprocess.run(
+        command, env={**os.environ, "PYTHONPATH": root}, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = json.loads(result.stdout)
+    expected = llm.chat(
+        _messages(*(_data_url(png) for png in pngs)),
+        SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS),
+    )[0]
+    assert ours["prompt_token_ids"] == list(expected.prompt_token_ids)
+    assert ours["token_ids"] == list(expected.outputs[0].token_ids)
+
+
+def test_generate_names_an_image_file_that_is_not_an_image(tiny_gemma3_vlm, tmp_path: Path) -> None:
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    command = [
+        sys.executable,
+        "-m",
+        "vllm_tvm.cli.main",
+        "generate",
+        "--model",
+        str(tiny_gemma3_vlm.path),
+        "--prompt",
+        "hi",
+        "--image",
+        str(bad),
+    ]
+    root = str(Path(__file__).resolve().parents[1])
+    result = subprocess.run(
+        command, env={**os.environ, "PYTHONPATH": root}, capture_output=True, text=True
+    )
+    assert result.returncode != 0 and f"--image {bad}" in result.stderr

@@ -1,0 +1,47 @@
+"""The images of one prompt inside the engine.
+
+Why a type of its own: the sequences of a request share its images; each image's soft
+tokens sit at a known place in the prompt, their embeddings are computed once by the
+artifact's encoder (in the step that first prefills them) and then replace those tokens'
+embeddings. The prefill of a prompt with images must run from its first token through the
+end of its last image in one chunk (`prefill_floor`: model_defs/image_block_attention.py
+says why), which the scheduler keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class PromptImages:
+    """Where each image's soft tokens start in the prompt, its pixel values and, once
+    encoded, its soft-token embeddings."""
+
+    starts: tuple[int, ...]
+    tokens_per_image: int
+    pixel_values: np.ndarray
+    """[images, 3, H, W] float32, as the image processor made them."""
+    digests: tuple[str, ...] = ()
+    """sha256 of each image's pixel values (what tells two images apart)."""
+    embeddings: np.ndarray | None = None
+    """[images, tokens_per_image, hidden] once the encoder has run."""
+
+    @property
+    def prefill_floor(self) -> int:
+        """Prompt tokens the first chunk must cover: through the end of the last image."""
+        return self.starts[-1] + self.tokens_per_image
+
+
+@dataclass(frozen=True)
+class ForwardImages:
+    """The soft-token rows of one ragged forward (indices into its flattened tokens)."""
+
+    rows: np.ndarray
+    """[k] int: the rows whose embeddings are replaced."""
+    embeddings: np.ndarray
+    """[k, hidden]: what they are replaced with."""
+    groups: np.ndarray
+    """[k] int: which image each row belongs to (unique within the forward)."""
