@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +85,18 @@ def run_peer_engine(
     return peer_engine_figures(done.stdout + "\n" + done.stderr, width) | {"command": command}
 
 
-def our_bench_command(gguf: Path, prompt: int, output: int, width: int, report: Path) -> list[str]:
-    """`vllm-tvm bench` at one concurrency level of `width` requests, as many as in flight."""
+def our_bench_command(
+    gguf: Path,
+    prompt: int,
+    output: int,
+    width: int,
+    report: Path,
+    compile_flags: Sequence[str] = (),
+) -> list[str]:
+    """`vllm-tvm bench` at one concurrency level of `width` requests, as many as in flight,
+    the model compiled with `compile_flags`."""
     command = [sys.executable, "-m", "vllm_tvm.cli.main", "bench", "--model", str(gguf)]
+    command += compile_flags
     command += ["--concurrency", str(width), "--num-prompts", str(width)]
     command += ["--input-len", str(prompt), "--output-len", str(output)]
     command += ["--max-num-batched-tokens", str(BATCH_TOKENS)]
@@ -100,11 +110,13 @@ def our_engine_figures(report: dict[str, Any]) -> dict[str, Any]:
     return ours | {"raw": level, "conditions": report["conditions"]}
 
 
-def run_our_engine(gguf: Path, prompt: int, output: int, width: int) -> dict[str, Any]:
+def run_our_engine(
+    gguf: Path, prompt: int, output: int, width: int, compile_flags: Sequence[str] = ()
+) -> dict[str, Any]:
     """One `vllm-tvm bench` run in a fresh process."""
     with tempfile.TemporaryDirectory(prefix="cpu-peer-engine-") as scratch:
         report_path = Path(scratch) / "bench.json"
-        command = our_bench_command(gguf, prompt, output, width, report_path)
+        command = our_bench_command(gguf, prompt, output, width, report_path, compile_flags)
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"vllm-tvm bench exited {done.returncode}: {done.stderr[-2000:]}")

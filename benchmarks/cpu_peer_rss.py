@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +53,23 @@ def parse_time_v(stderr: str) -> dict[str, Any]:
     return figures
 
 
-def our_generate_command(gguf: Path, tokens: int, context: int) -> list[str]:
-    """`vllm-tvm generate` of `tokens` greedy tokens with a `context`-token KV pool."""
+def our_generate_command(
+    gguf: Path, tokens: int, context: int, compile_flags: Sequence[str] = ()
+) -> list[str]:
+    """`vllm-tvm generate` of `tokens` greedy tokens with a `context`-token KV pool, the
+    model compiled with `compile_flags`."""
     if context % BLOCK_TOKENS:
         raise ValueError(f"context {context} is not a multiple of {BLOCK_TOKENS}-token blocks")
     command = [sys.executable, "-m", "vllm_tvm.cli.main", "generate", "--model", str(gguf)]
-    command += ["--prompt", PROMPT, "--max-tokens", str(tokens), "--temperature", "0"]
+    command += [
+        *compile_flags,
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        str(tokens),
+        "--temperature",
+        "0",
+    ]
     command += ["--max-model-len", str(context), "--num-blocks", str(context // BLOCK_TOKENS)]
     return [*command, "--json"]
 
@@ -78,9 +90,9 @@ def peak_rss(command: list[str]) -> dict[str, Any]:
     return parse_time_v(done.stderr) | {"command": command}
 
 
-def compile_artifact_untimed(gguf: Path, tokens: int, context: int) -> None:
-    """One untimed `vllm-tvm generate`, so the measured runs find the artifact cached."""
-    command = our_generate_command(gguf, tokens, context)
+def compile_artifact_untimed(command: list[str]) -> None:
+    """One untimed run of our `generate` `command`, so the measured runs find the artifact
+    cached."""
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise RuntimeError(f"vllm-tvm generate exited {done.returncode}: {done.stderr[-2000:]}")

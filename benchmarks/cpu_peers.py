@@ -25,6 +25,7 @@ median over rounds, `ratio` = ours / llama.cpp per round.
 
 usage: python3 benchmarks/cpu_peers.py [--tests all|smollm2,prefill_8k,qwen_0_5b,engine,rss]
            [--quick] [--gguf FILE] [--cache DIR] [--out benchmarks/results/X.json]
+           [--cpu-int8-activations auto|on|off]     (our side's build, recorded in the file)
        python3 benchmarks/cpu_peers.py --build-only     (fetch and build llama.cpp, then stop)
 """
 
@@ -68,6 +69,12 @@ from llamacpp_cpu_build import (  # noqa: E402
 )
 from run_llamacpp import parse_llama_bench  # noqa: E402
 
+from vllm_tvm.artifacts import compile_options  # noqa: E402
+
+INT8_DEFAULT = compile_options.option_default("cpu_int8_activations")
+
+SETTINGS = ("tests", "quick", "gguf", "cpu_int8_activations")
+"""The command-line choices a result file records."""
 DEFAULT_CACHE = Path.home() / ".cache" / "vllm_tvm" / "cpu_peers"
 
 
@@ -140,6 +147,7 @@ def run_ours(
     command = [sys.executable, str(Path(__file__).resolve()), "--ours-child", "--gguf", str(gguf)]
     command += ["--prompts", args.prompts, "--decode", str(args.decode)]
     command += ["--repetitions", str(args.repetitions)]
+    command += ["--cpu-int8-activations", getattr(args, "cpu_int8_activations", INT8_DEFAULT)]
     if not getattr(args, "warmup", True):
         command.append("--no-warmup")
     done = subprocess.run(
@@ -164,7 +172,8 @@ def measure_ours(gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     prompts = _prompt_lengths(args)
     longest = max([*prompts, args.decode + 1])
-    artifact = artifact_for(EngineArgs(model=str(gguf)))
+    choice = getattr(args, "cpu_int8_activations", INT8_DEFAULT)
+    artifact = artifact_for(EngineArgs(model=str(gguf), cpu_int8_activations=choice))
     runner = ModelRunner(
         artifact,
         gguf,
@@ -199,6 +208,7 @@ def measure_ours(gguf: Path, args: argparse.Namespace) -> dict[str, Any]:
     artifact = {
         "dtype": runner.manifest.dtype,
         "matrix_formats": matrix_formats(runner.manifest.params),
+        "cpu_int8_activations": runner.manifest.cpu_int8_activations,
     }
     figures: dict[str, Any] = {"threads": runner.cpu_threads, "artifact": artifact, "raw": {}}
     tests = [("decode_b1", args.decode, decode_seconds)]
@@ -252,14 +262,19 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def part_rounds(part: str, sizes: dict[str, Any], bin_dir: Path, gguf: Path) -> list[dict]:
-    """The interleaved rounds of one part on one model file."""
+def part_rounds(
+    part: str, sizes: dict[str, Any], bin_dir: Path, gguf: Path, int8: str = INT8_DEFAULT
+) -> list[dict]:
+    """The interleaved rounds of one part on one model file, our side compiled with
+    `--cpu-int8-activations int8`."""
+    flags = ["--cpu-int8-activations", int8]
     if part in RUNNER_PARTS:
         args = argparse.Namespace(
             prompts=sizes["prompts"],
             decode=sizes["decode"],
             repetitions=sizes["repetitions"],
             warmup=sizes["warmup"],
+            cpu_int8_activations=int8,
         )
         sides = {
             "llama.cpp": lambda: run_llamacpp(bin_dir, gguf, args),
@@ -270,16 +285,17 @@ def part_rounds(part: str, sizes: dict[str, Any], bin_dir: Path, gguf: Path) -> 
         lengths = (sizes["prompt"], sizes["output"], sizes["width"])
         sides = {
             "llama.cpp": lambda: run_peer_engine(bin_dir, gguf, *lengths),
-            "vllm-tvm": lambda: run_our_engine(gguf, *lengths),
+            "vllm-tvm": lambda: run_our_engine(gguf, *lengths, compile_flags=flags),
         }
         return [interleaved(sides, compare, i) for i in range(sizes["rounds"])]
     assert part == "rss", part
-    compile_artifact_untimed(gguf, sizes["tokens"], sizes["context"])
+    ours = our_generate_command(gguf, sizes["tokens"], sizes["context"], compile_flags=flags)
+    compile_artifact_untimed(ours)
     sides = {
         "llama.cpp": lambda: peak_rss(
             peer_generate_command(bin_dir, gguf, sizes["tokens"], sizes["context"])
         ),
-        "vllm-tvm": lambda: peak_rss(our_generate_command(gguf, sizes["tokens"], sizes["context"])),
+        "vllm-tvm": lambda: peak_rss(ours),
     }
     return [interleaved(sides, rss_ratio, i) for i in range(sizes["rounds"])]
 
@@ -298,7 +314,9 @@ def run_matrix(args: argparse.Namespace, bin_dir: Path) -> dict[str, Any]:
         for model in sizes[part]["models"]:
             print(f"{part} on {model}", flush=True)
             types = tensor_types(files[model])
-            rounds = part_rounds(part, sizes[part], bin_dir, files[model])
+            rounds = part_rounds(
+                part, sizes[part], bin_dir, files[model], args.cpu_int8_activations
+            )
             results[part]["models"][model] = {
                 "file": files[model].name,
                 "tensor_types": types,
@@ -324,6 +342,12 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--build-only", action="store_true")
+    parser.add_argument(
+        "--cpu-int8-activations",
+        choices=compile_options.CPU_INT8_ACTIVATION_CHOICES,
+        default=INT8_DEFAULT,
+        help="our side's int8-activation path (vllm-tvm compile's flag; recorded in the file)",
+    )
     parser.add_argument("--ours-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-warmup", dest="warmup", action="store_false", help=argparse.SUPPRESS)
     for child_only in ("--prompts", "--decode", "--repetitions"):
@@ -356,7 +380,7 @@ def main() -> int:
         },
         "machine": machine(),
         "versions": versions() | {"llama.cpp_build_commit": llamacpp_commit(parts)},
-        "settings": {k: str(v) for k, v in vars(args).items() if k in ("tests", "quick", "gguf")},
+        "settings": {k: str(v) for k, v in vars(args).items() if k in SETTINGS},
         "parts": parts,
     }
     out = args.out or HERE / "results" / f"cpu_peers_{date[:10]}.json"

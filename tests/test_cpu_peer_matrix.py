@@ -135,6 +135,19 @@ def test_generate_commands_hold_the_same_kv_capacity(tmp_path: Path) -> None:
         cpu_peer_rss.our_generate_command(Path("m.gguf"), 32, 1000)
 
 
+def test_our_commands_carry_the_compile_flags_the_cli_reads(tmp_path: Path) -> None:
+    from vllm_tvm.cli.main import build_parser
+
+    flags = ["--cpu-int8-activations", "on"]
+    bench = cpu_peer_engine.our_bench_command(
+        Path("m.gguf"), 128, 64, 16, tmp_path / "r.json", compile_flags=flags
+    )
+    generate = cpu_peer_rss.our_generate_command(Path("m.gguf"), 32, 4096, compile_flags=flags)
+    for command in (bench, generate):
+        assert command[1:3] == ["-m", "vllm_tvm.cli.main"]
+        assert build_parser().parse_args(command[3:]).cpu_int8_activations == "on"
+
+
 def test_half_b_file_has_qwen25_05b_size_with_tied_embeddings_and_plain_rope() -> None:
     shapes = tensor_shapes(QWEN25_05B_SHAPE, tied_embeddings=True, rope_freqs=False)
     assert "output.weight" not in shapes and "rope_freqs.weight" not in shapes

@@ -68,6 +68,7 @@ def test_our_side_times_the_runner_in_a_child_process(tiny_model_dir) -> None:
     env = {"PYTHONPATH": os.getcwd(), "VLLM_TVM_CPU_THREADS": "1"}
     figures = cpu_peers.run_ours(model, _args(prompts="16,24", decode=4), env)
     assert figures["threads"] == 1
+    assert figures["artifact"]["cpu_int8_activations"] == "off"  # the default, recorded
     assert sorted(key for key in figures if key.endswith("_tok_s")) == [
         "decode_b1_tok_s",
         "prefill_16_tok_s",

@@ -35,6 +35,15 @@ GEMM_AUTO = "auto"
 GEMM_CHOICES = (GEMM_AUTO, *GEMM_BACKENDS)
 """`--gemm` values: `auto` is cuBLASLt where it applies (compiler/build.py), else TIR."""
 
+INT8_AUTO, INT8_ON, INT8_OFF = "auto", "on", "off"
+CPU_INT8_ACTIVATION_CHOICES = (INT8_AUTO, INT8_ON, INT8_OFF)
+"""`--cpu-int8-activations` values: `on` multiplies the Q8_0 / Q4_0 weights of a CPU build
+by activations quantized to int8 per block of 32 with the CPU's integer dot products (as
+llama.cpp does; other numerics than the float path), `off` keeps the float path, `auto` is
+`on` where the target has the instructions (AVX-512 VNNI, AVX-VNNI or AVX2) and the model such
+weights, else `off` (compiler/int8_activations.py). The default is `off` until the path is
+measured faster than the float one on a quiet machine (benchmarks/cpu_peers.py)."""
+
 KEY_LENGTH = 24
 """Hex digits of an artifact key (the cache directory's name)."""
 
@@ -53,6 +62,8 @@ class CompileOptions:
     engine's context (None: the model's; it picks longrope's factor set).
     `speculative_role`: a build a speculative method needs (speculative_roles.py), and for
     an EAGLE-3 target `aux_hidden_layers`, the layers whose inputs it exports.
+    `cpu_int8_activations`: one of CPU_INT8_ACTIVATION_CHOICES (resolved by the compiler to
+    `on` or `off`).
     """
 
     model: str | Path
@@ -66,6 +77,7 @@ class CompileOptions:
     max_model_len: int | None = None
     speculative_role: str | None = None
     aux_hidden_layers: tuple[int, ...] = ()
+    cpu_int8_activations: str = INT8_OFF
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "aux_hidden_layers", tuple(self.aux_hidden_layers))
@@ -73,6 +85,12 @@ class CompileOptions:
         check_quantization(self.quantization)
         check_gemm(self.gemm)
         check_attention(self.attention)
+        check_cpu_int8_activations(self.cpu_int8_activations)
+        if self.cpu_int8_activations == INT8_ON and self.target_kind != "llvm":
+            raise ValueError(
+                f"cpu_int8_activations 'on' needs a CPU (llvm) target; got target "
+                f"'{self.target}' (use 'off' or 'auto')"
+            )
         for name, backend in (("gemm", GEMM_CUBLASLT), ("attention", ATTENTION_FLASHINFER)):
             if getattr(self, name) == backend and not self._sixteen_bit_cuda:
                 raise ValueError(
@@ -126,6 +144,16 @@ def check_attention(attention: str) -> str:
             f"unsupported attention '{attention}'; supported: " + ", ".join(ATTENTION_BACKENDS)
         )
     return attention
+
+
+def check_cpu_int8_activations(choice: str) -> str:
+    """`choice` if it is a `--cpu-int8-activations` value, else ValueError naming it."""
+    if choice not in CPU_INT8_ACTIVATION_CHOICES:
+        raise ValueError(
+            f"unsupported cpu_int8_activations '{choice}'; supported: "
+            + ", ".join(CPU_INT8_ACTIVATION_CHOICES)
+        )
+    return choice
 
 
 def option_default(name: str) -> object:

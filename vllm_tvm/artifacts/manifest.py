@@ -74,6 +74,10 @@ class Manifest:
     attention: str | None = None
     """Compile options that shaped the library (CUDA-graph capture, GEMM and attention
     kernels); None in manifests written before they were recorded."""
+    cpu_int8_activations: str | None = None
+    """The integer dot instructions (`vnni`, `avx2`) the Q8_0 / Q4_0 matmuls multiply int8
+    activations with (compiler/int8_activations.py), or `off` (the float path); None in
+    manifests written before it was recorded."""
     quantization: str | None = None
     """Group quantization the loader applies to a float checkpoint's weights
     (checkpoints/group_quantization.py); None: the weights are read as stored."""

@@ -133,6 +133,7 @@ def _conditions(
         "dtype": manifest.dtype,
         "weight_format": options.weight_format,
         "quantization": manifest.quantization,
+        "cpu_int8_activations": manifest.cpu_int8_activations,
         "target": manifest.target,
         "artifact": str(artifact),
         "workload": workload.source,

@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 
 from vllm_tvm.artifacts.backends import ATTENTION_BACKENDS
-from vllm_tvm.artifacts.compile_options import GEMM_CHOICES, option_default
+from vllm_tvm.artifacts.compile_options import (
+    CPU_INT8_ACTIVATION_CHOICES,
+    GEMM_CHOICES,
+    option_default,
+)
 from vllm_tvm.checkpoints.group_quantization import QUANTIZATION_METHODS
 from vllm_tvm.checkpoints.weight_formats import WEIGHT_FORMAT_MODES
 
@@ -23,6 +27,7 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     add_quantization_argument(parser)
     add_gemm_argument(parser)
     add_attention_argument(parser)
+    add_cpu_int8_activations_argument(parser)
     add_tensor_parallel_argument(parser)
     add_max_model_len_argument(parser)
 
@@ -103,4 +108,18 @@ def add_attention_argument(parser: argparse.ArgumentParser) -> None:
         default=option_default("attention"),
         help="paged-attention kernels: tir (TVM's, no extra packages) or flashinfer (CUDA, "
         "float16/bfloat16; compiled ahead of time, see scripts/install_flashinfer.sh)",
+    )
+
+
+def add_cpu_int8_activations_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--cpu-int8-activations` (default `off`: the float path)."""
+    parser.add_argument(
+        "--cpu-int8-activations",
+        choices=CPU_INT8_ACTIVATION_CHOICES,
+        default=option_default("cpu_int8_activations"),
+        help="CPU builds: multiply Q8_0/Q4_0 weights by activations quantized to int8 per "
+        "block of 32 with integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2), as llama.cpp "
+        "does (logits differ from the float path by the activations' rounding); auto: on "
+        "where the target has the instructions and the model such weights; off: float path "
+        "(default off)",
     )

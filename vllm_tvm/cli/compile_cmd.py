@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         args.quantization,
         args.tensor_parallel_size,
         args.max_model_len or None,
+        cpu_int8_activations=args.cpu_int8_activations,
     )
     request = make_request(options)
     if args.output is None:

@@ -30,6 +30,7 @@ from vllm_tvm.compiler.cuda_build import build_relax_module
 from vllm_tvm.compiler.export import ExportedModel, export_model, request_model_config
 from vllm_tvm.compiler.fp8_gemm_dispatch import fp8_gemm_applies
 from vllm_tvm.compiler.gemm_dispatch import calls_cublaslt
+from vllm_tvm.compiler.int8_activations import int8_activation_isa, resolve_int8_activations
 from vllm_tvm.compiler.library_metadata import library_metadata
 from vllm_tvm.compiler.pipeline import LibraryContents, lowering_pipeline, rewrite_pipeline
 from vllm_tvm.compiler.quantization_report import format_report, quantization_errors
@@ -51,8 +52,9 @@ def make_request(options: CompileOptions) -> CompileRequest:
     """Resolve user-facing compile options (compile_options.py) into a request: the target's
     preset, the dtype (`auto`: the checkpoint's; a block-quantized GGUF on the CPU computes
     in float32), the weights kept quantized (weight_plan.py), the gemm backend (`auto`:
-    cuBLASLt where it applies) and the attention backend, each refused by name where it
-    cannot be built."""
+    cuBLASLt where it applies), the attention backend and the int8-activation path (`auto`:
+    where the target and the weights allow it; int8_activations.py), each refused by name
+    where it cannot be built."""
     check_role(options.speculative_role)
     model_path = Path(options.model)
     config = read_model_config(model_path)
@@ -88,6 +90,9 @@ def make_request(options: CompileOptions) -> CompileRequest:
         dtype=dtype,
         gemm=_resolve_gemm(options.gemm, spec, dtype),
         attention=resolve_attention(options.attention, spec.kind, dtype),
+        cpu_int8_activations=resolve_int8_activations(
+            options.cpu_int8_activations, spec, dtype, formats
+        ),
     )
     # Static-shape regions (all of `decode_single` between KV-cache calls) are captured into
     # CUDA graphs at run time, removing per-kernel launch and VM overhead.
@@ -156,6 +161,7 @@ def build_library(exported: ExportedModel, request: CompileRequest) -> BuiltLibr
         sliding_window=exported.manifest.model_config.get("sliding_window") is not None,
         fp8_gemm=_fp8_gemm(request),
         attn_logit_softcapping=exported.manifest.model_config.get("attn_logit_softcapping"),
+        int8_isa=int8_activation_isa(request.options.cpu_int8_activations, request.target),
     )
     mod = rewrite_pipeline(target, contents)(exported.mod)
     extensions = [EXTENSION_NAME] if calls_cublaslt(mod) else []

@@ -27,6 +27,7 @@ from vllm_tvm.compiler.attention import (
     flashinfer_build_environment,
 )
 from vllm_tvm.compiler.cuda_build import build_libcuda_stub
+from vllm_tvm.compiler.int8_activations import int8_activation_isa
 from vllm_tvm.compiler.kv_kernel_memo import memoised_kv_kernels
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
 from vllm_tvm.compiler.recurrent_kernels import TargetRecurrentKernels
@@ -127,6 +128,9 @@ def export_model(request: CompileRequest) -> ExportedModel:
         cuda_graph=request.cuda_graph,
         gemm=request.gemm,
         attention=request.attention,
+        cpu_int8_activations=(
+            int8_activation_isa(request.options.cpu_int8_activations, request.target) or "off"
+        ),
         quantization=request.quantization,
         tensor_parallel=(
             manifest_plan({entry.name: entry.sources for entry in params}, model_config)

@@ -20,6 +20,7 @@ from vllm_tvm.artifacts.backends import GEMM_CUBLASLT
 from vllm_tvm.compiler.attention_softcap import softcap_attention_kernels
 from vllm_tvm.compiler.fp8_gemm_dispatch import dispatch_fp8_gemms_pass
 from vllm_tvm.compiler.gemm_dispatch import dispatch_gemms_pass
+from vllm_tvm.compiler.int8_activations import int8_activations_pass
 from vllm_tvm.compiler.library_metadata import AttachMetadata
 from vllm_tvm.compiler.sampling_functions import AttachSamplingFunctions
 from vllm_tvm.compiler.sliding_window_kernel import repair_sliding_window_prefill
@@ -46,6 +47,9 @@ class LibraryContents:
     products go to cuBLASLt's FP8 GEMM (fp8_gemm_dispatch.py)."""
     attn_logit_softcapping: float | None = None
     """Gemma 2's attention-score cap, added to the paged-attention kernels; None: no cap."""
+    int8_isa: str | None = None
+    """The CPU's integer dot instructions the Q8_0 / Q4_0 products use with activations
+    quantized to int8 (int8_activations.py); None: those products stay on the float path."""
 
 
 def _is_gpu(target: tvm.target.Target) -> bool:
@@ -78,6 +82,9 @@ def rewrite_pipeline(target: tvm.target.Target, contents: LibraryContents) -> tv
         *([dispatch_gemms_pass] if contents.gemm == GEMM_CUBLASLT else []),
         # The same for FP8 weights on FP8 tensor cores, activations quantized per token.
         *([dispatch_fp8_gemms_pass] if contents.fp8_gemm else []),
+        # Q8_0 / Q4_0 products on int8 activations and integer dot products, as llama.cpp's
+        # (int8_activations.py); before legalization, while they are recognisable call_tirs.
+        *([int8_activations_pass(contents.int8_isa)] if contents.int8_isa else []),
         # The library describes itself without its manifest.
         AttachMetadata(contents.metadata),
         # TVM 0.27's CPU sliding-window prefill kernel reads its softmax maximum before

@@ -13,7 +13,7 @@ sum once. This module holds the pieces of that path:
   signed bytes, so a block is multiplied as |w| times x with w's sign moved onto x
   (`vpsignb`), llama.cpp's `mul_sum_i8_pairs`. None: the target keeps the float path.
 - `quantize_activations`: llama.cpp's reference `quantize_row_q8_0` (scale 1 / d, rounding
-  half away from zero, d stored as fp16).
+  half away from zero, d stored as fp16), vectorised over a block.
 - `int8_gemv`: the product of those activations with Q8_0 or Q4_0 weight planes
   (checkpoints/weight_formats.py), per block: the integer sum, times the fp16 weight scale
   times the fp16 activation scale, accumulated in eight fp32 lanes as llama.cpp's AVX2
@@ -21,13 +21,15 @@ sum once. This module holds the pieces of that path:
 
 The instructions are called through `T.call_llvm_pure_intrin` (the LLVM 22 signatures take
 byte vectors); `sch.tensorize` crashes in this TVM build. The results differ from the float
-path by the activations' quantization error (at most about d / 2 per value); the model does
-not use this path yet, its matmuls stay on the float path.
+path by the activations' quantization error (at most about d / 2 per value). The compiler
+routes a model's products here with `--cpu-int8-activations` (compiler/int8_activations.py);
+both kernels take a run-time row count (a TIR variable) or a fixed one, and come scheduled:
+rows (quantization) or output features (products) split over the parallel tasks.
 """
 
 from __future__ import annotations
 
-from tvm import te, tirx
+from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target, codegen
 
@@ -57,40 +59,56 @@ def int8_dot_isa(target: Target) -> str | None:
     return AVX2
 
 
-def quantize_activations(rows: int, columns: int) -> tirx.PrimFunc:
+Rows = int | tirx.Var
+"""Token rows of a product: a number, or the model's run-time row count (a TIR variable)."""
+
+
+def quantize_activations(rows: Rows, columns: int) -> tirx.PrimFunc:
     """`main(x float32 [rows, columns], q int8 [rows, columns], d float16 [rows, blocks])`:
-    llama.cpp's reference Q8_0 quantization of each block of BLOCK values."""
-    x = te.placeholder((rows, columns), "float32", name="x")
-    lane = te.reduce_axis((0, BLOCK), name="lane")
-    amax = te.compute(
-        (rows, columns // BLOCK),
-        lambda i, b: te.max(tirx.abs(x[i, b * BLOCK + lane]), axis=lane),
-        name="amax",
-    )
-    scale = te.compute(amax.shape, lambda i, b: amax[i, b] / _f32(127), name="scale")
-    zero = _f32(0)
+    llama.cpp's reference Q8_0 quantization of each block of BLOCK values, a row to each
+    parallel task (one row, the decode step's: no parallel launch)."""
+    blocks = columns // BLOCK
+    row_loop = T.serial if _is_one(rows) else T.parallel
 
-    def quantized(i: tirx.Expr, c: tirx.Expr) -> tirx.Expr:
-        d = scale[i, c // BLOCK]
-        inverse = tirx.Select(d != zero, _f32(1) / d, zero)
-        return _round_half_away(x[i, c] * inverse).astype("int8")
+    @T.prim_func(s_tir=True)
+    def main(
+        x: T.Buffer((rows, columns), "float32"),
+        q: T.Buffer((rows, columns), "int8"),
+        d: T.Buffer((rows, blocks), "float16"),
+    ) -> None:
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True, "tirx.is_scheduled": True})
+        with T.sblock("root"):  # block-rooted, as Relax's analyses of call_tir kernels expect
+            for i in row_loop(rows):
+                for b in range(blocks):
+                    amax = T.alloc_buffer((1,), "float32")
+                    amax[0] = T.float32(0)
+                    for lane in range(BLOCK):
+                        amax[0] = T.max(amax[0], T.fabs(x[i, b * BLOCK + lane]))
+                    scale = amax[0] / T.float32(127)
+                    inverse = T.Select(scale != T.float32(0), T.float32(1) / scale, T.float32(0))
+                    scaled = x[i, T.ramp(b * BLOCK, 1, BLOCK)] * T.broadcast(inverse, BLOCK)
+                    q[i, T.ramp(b * BLOCK, 1, BLOCK)] = T.Cast("int8x32", _round_half_away(scaled))
+                    d[i, b] = T.Cast("float16", scale)
 
-    q = te.compute((rows, columns), quantized, name="q")
-    d16 = te.compute(amax.shape, lambda i, b: scale[i, b].astype("float16"), name="d")
-    return te.create_prim_func([x, q, d16]).with_attr("global_symbol", "main")
+    return main
+
+
+def _is_one(rows: Rows) -> bool:
+    return isinstance(rows, int) and rows == 1
 
 
 def _round_half_away(value: tirx.Expr) -> tirx.Expr:
-    """C's roundf: to nearest, halves away from zero (the fraction is exact in fp32)."""
+    """C's roundf on a vector of BLOCK values: to nearest, halves away from zero (the
+    fraction is exact in fp32)."""
     whole = tirx.trunc(value)
     fraction = value - whole
-    up = tirx.Select(fraction >= _f32(0.5), _f32(1), _f32(0))
-    down = tirx.Select(fraction <= _f32(-0.5), _f32(-1), _f32(0))
+
+    def lanes(number: float) -> tirx.Expr:
+        return T.broadcast(T.float32(number), BLOCK)
+
+    up = tirx.Select(fraction >= lanes(0.5), lanes(1), lanes(0))
+    down = tirx.Select(fraction <= lanes(-0.5), lanes(-1), lanes(0))
     return whole + up + down
-
-
-def _f32(value: float) -> tirx.Expr:
-    return tirx.const(value, "float32")
 
 
 def _block_sum(w: tirx.Expr, x: tirx.Expr, isa: str) -> tirx.Expr:
@@ -118,7 +136,7 @@ def _q4_0_block(words: tirx.Expr) -> tirx.Expr:
     return nibbles - T.broadcast(T.int8(8), 32)
 
 
-def int8_gemv(fmt_name: str, rows: int, features: int, columns: int, isa: str) -> tirx.PrimFunc:
+def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) -> tirx.PrimFunc:
     """`main(xq int8 [rows, columns], xd float16 [rows, blocks], qs, d, out float32 [rows,
     features])`: quantized activations times the weight planes `qs`, `d` of `fmt_name`."""
     if fmt_name not in INT8_DOT_FORMATS:
@@ -147,7 +165,7 @@ def int8_gemv(fmt_name: str, rows: int, features: int, columns: int, isa: str) -
         block = xq[i, T.ramp(b * BLOCK, 1, BLOCK)]
         return T.Shuffle([block], _EVEN_THEN_ODD) if q4 else block
 
-    @T.prim_func
+    @T.prim_func(s_tir=True)
     def main(
         xq: T.Buffer((rows, columns), "int8"),
         xd: T.Buffer((rows, blocks), "float16"),
@@ -155,17 +173,20 @@ def int8_gemv(fmt_name: str, rows: int, features: int, columns: int, isa: str) -
         d: T.Buffer((features, blocks), "float16"),
         out: T.Buffer((rows, features), "float32"),
     ) -> None:
-        T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        for j in T.parallel(features):
-            for i in range(rows):
-                acc = T.alloc_buffer((8,), "float32")
-                acc[T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
-                for b in range(blocks):
-                    scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
-                    sums = _block_sum(weight_block(qs, j, b), activation_block(xq, i, b), isa)
-                    acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(scale, 8) * T.Cast(
-                        "float32x8", sums
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True, "tirx.is_scheduled": True})
+        with T.sblock("root"):  # block-rooted, as Relax's analyses of call_tir kernels expect
+            for j in T.parallel(features):
+                for i in range(rows):
+                    acc = T.alloc_buffer((8,), "float32")
+                    acc[T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                    for b in range(blocks):
+                        scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
+                        sums = _block_sum(weight_block(qs, j, b), activation_block(xq, i, b), isa)
+                        acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(
+                            scale, 8
+                        ) * T.Cast("float32x8", sums)
+                    out[i, j] = (
+                        acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
                     )
-                out[i, j] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
 
     return main

@@ -46,11 +46,12 @@ class EngineArgs:
 
     `artifact` None means the artifact is still to be resolved (compiled on first use) from
     `compile_options` (model, device's target, dtype, weight_format, quantization, attention,
-    gemm, tensor_parallel_size, max_model_len) by the entry point (entrypoints/resolve.py);
-    the engine itself needs it resolved. The KV pool is `num_blocks` x `block_size` tokens, or
-    sized from `kv_cache_memory` bytes, or from `gpu_memory_utilization` (the fraction of the device
-    this process may use, measured after the weights are loaded); at most one of the three,
-    none: DEFAULT_NUM_BLOCKS. `max_model_len` None fits the model's length to the pool;
+    gemm, cpu_int8_activations, tensor_parallel_size, max_model_len) by the entry point
+    (entrypoints/resolve.py); the engine itself needs it resolved. The KV pool is `num_blocks`
+    x `block_size` tokens, or sized from `kv_cache_memory` bytes, or from
+    `gpu_memory_utilization` (the fraction of the device this process may use, measured after
+    the weights are loaded); at most one of the three, none: DEFAULT_NUM_BLOCKS.
+    `max_model_len` None fits the model's length to the pool;
     `max_num_batched_tokens` None is DEFAULT_MAX_NUM_BATCHED_TOKENS. `load_format` is one of
     load_format.LOAD_FORMATS (`dummy` weights are seeded by `seed`, 0 when None);
     `skip_tokenizer_init` loads no tokenizer. `speculative_config` (vLLM's JSON, a dict or
@@ -73,6 +74,7 @@ class EngineArgs:
     quantization: str | None = option_default("quantization")
     attention: str = option_default("attention")
     gemm: str = option_default("gemm")
+    cpu_int8_activations: str = option_default("cpu_int8_activations")
     tensor_parallel_size: int = option_default("tensor_parallel_size")
     load_format: str = AUTO
     max_model_len: int | None = option_default("max_model_len")
@@ -132,6 +134,7 @@ class EngineArgs:
             self.quantization,
             self.tensor_parallel_size,
             self.max_model_len,
+            cpu_int8_activations=self.cpu_int8_activations,
         )
 
     @property

@@ -1,0 +1,164 @@
+"""Route a CPU build's Q8_0 / Q4_0 matmuls to int8 activations and integer dot products.
+
+Why: the fused matmuls of model_defs/quant_linear.py widen each weight to fp32 in registers
+and multiply fp32 activations, one float FMA per weight. With `--cpu-int8-activations on`
+(artifacts/compile_options.py) each `call_tir` of a Q8_0 or Q4_0 `nt_matmul` becomes, as in
+llama.cpp, a quantization of its activations per block of 32 (Q8_0: fp16 scale, int8
+values) and the integer dot product of those with the weight's blocks, one instruction for
+32 byte products (schedules/cpu_int8_dot.py; VNNI or AVX2, from the target's features). The
+numerics change as llama.cpp's do: each activation is rounded to its block's int8 step, so
+logits differ from the float path's (tests/test_cpu_int8_activations.py states the bound);
+products over other weight formats, and every float matmul, stay on the float path.
+
+The rewrite runs in the first phase of the pipeline (pipeline.py), while the matmuls are
+still recognisable `call_tir`s; the kernels it adds are scheduled already, and opaque to
+operator fusion.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+import tvm
+from tvm import relax, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.sym.analyzer import Analyzer
+
+from vllm_tvm.artifacts.compile_options import INT8_AUTO, INT8_OFF, INT8_ON
+from vllm_tvm.compiler.relax_rewrite import rewrite_functions
+from vllm_tvm.compiler.targets import TargetSpec
+from vllm_tvm.schedules.cpu_int8_dot import (
+    BLOCK,
+    INT8_DOT_FORMATS,
+    int8_dot_isa,
+    int8_gemv,
+    quantize_activations,
+)
+
+ACTIVATION_DTYPE = "float32"
+"""The activations (and outputs) the integer path takes: a CPU build's GGUF dtype."""
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_QUANT_MATMUL = re.compile(rf"nt_matmul_({'|'.join(INT8_DOT_FORMATS)})\d*")
+"""quant_linear.py names each product `nt_matmul_<format>` (numbered when repeated)."""
+
+
+def resolve_int8_activations(
+    choice: str, spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]
+) -> str:
+    """`on` or `off` for the `--cpu-int8-activations` `choice`: `auto` is `on` where it
+    applies (a CPU target with integer dot products, dtype float32, some Q8_0 / Q4_0 weights
+    kept quantized); `on` where it does not is refused, saying which condition fails."""
+    if choice == INT8_OFF:
+        return INT8_OFF
+    reason = _why_not(spec, dtype, weight_formats)
+    if reason is None:
+        return INT8_ON
+    if choice == INT8_AUTO:
+        return INT8_OFF
+    raise ValueError(f"cpu_int8_activations 'on' does not apply: {reason} (use 'off' or 'auto')")
+
+
+def _why_not(spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]) -> str | None:
+    if spec.kind != "llvm" or int8_dot_isa(spec.make_target()) is None:
+        return f"target '{spec.name}' has no integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2)"
+    if dtype != ACTIVATION_DTYPE:
+        return f"dtype '{dtype}': the integer path takes {ACTIVATION_DTYPE} activations"
+    if not set(weight_formats.values()) & set(INT8_DOT_FORMATS):
+        kept = ", ".join(sorted(set(weight_formats.values()))) or "none"
+        return (
+            f"no weight is kept as {' or '.join(INT8_DOT_FORMATS)} (kept quantized: {kept}; "
+            "the integer kernels multiply those formats only)"
+        )
+    return None
+
+
+def int8_activation_isa(choice: str, spec: TargetSpec) -> str | None:
+    """The integer dot instructions a resolved `choice` compiles to (None: the float path)."""
+    return int8_dot_isa(spec.make_target()) if choice == INT8_ON else None
+
+
+@mutator
+class _Int8Rewriter(PyExprMutator):
+    """Rewrites each float32 `call_tir` of a Q8_0 / Q4_0 product; counts them in `rewritten`."""
+
+    def __init__(self, mod: tvm.IRModule, isa: str) -> None:
+        super().__init__(mod)
+        self.isa = isa
+        self.rewritten = 0
+        self._kernels: dict[tuple[object, ...], tvm.ir.GlobalVar] = {}
+        self._analyzer = Analyzer()
+
+    def _kernel(
+        self, key: tuple[object, ...], name: str, make: Callable[[], tirx.PrimFunc]
+    ) -> tvm.ir.GlobalVar:
+        """The module's function for `key`, added (made by `make`) on first use."""
+        if key not in self._kernels:
+            self._kernels[key] = self.builder_.add_func(make().without_attr("global_symbol"), name)
+        return self._kernels[key]
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        callee = call.args[0] if call.op == _CALL_TIR else None
+        matched = isinstance(callee, tvm.ir.GlobalVar) and _QUANT_MATMUL.fullmatch(callee.name_hint)
+        if not matched:
+            return call
+        x, qs, d = call.args[1].fields
+        if x.ty.dtype != ACTIVATION_DTYPE or call.ty.dtype != ACTIVATION_DTYPE:
+            return call
+        self.rewritten += 1
+        return self._integer_product(matched.group(1), x, qs, d, call.ty)
+
+    def _integer_product(
+        self, fmt: str, x: relax.Expr, qs: relax.Expr, d: relax.Expr, out: relax.TensorType
+    ) -> relax.Expr:
+        """x's rows quantized per block, times the planes `qs`, `d` of `fmt`, in x's shape."""
+        *leading, columns = x.ty.shape.values
+        columns, features = int(columns), int(out.shape.values[-1])
+        rows = leading[0]
+        for dim in leading[1:]:
+            rows = rows * dim
+        rows = self._analyzer.simplify(rows)
+        static = int(rows) if isinstance(rows, tirx.IntImm) else None
+        kernel_rows = static if static is not None else tirx.Var("rows", "int64")
+        quantize = self._kernel(
+            ("quantize", static, columns),
+            "quantize_activations_q8_0",
+            lambda: quantize_activations(kernel_rows, columns),
+        )
+        product = self._kernel(
+            (fmt, static, features, columns),
+            f"int8_dot_{fmt}",
+            lambda: int8_gemv(fmt, kernel_rows, features, columns, self.isa),
+        )
+        flat = self.builder_.emit(relax.op.reshape(x, relax.ShapeExpr([rows, columns])))
+        quantized = self.builder_.emit(
+            relax.call_tir(
+                quantize,
+                [flat],
+                [
+                    relax.TensorType([rows, columns], "int8"),
+                    relax.TensorType([rows, columns // BLOCK], "float16"),
+                ],
+            )
+        )
+        values, scales = (relax.TupleGetItem(quantized, i) for i in range(2))
+        result = self.builder_.emit(
+            relax.call_tir(
+                product,
+                [values, scales, qs, d],
+                relax.TensorType([rows, features], ACTIVATION_DTYPE),
+            )
+        )
+        return relax.op.reshape(result, out.shape)
+
+
+def int8_activations_pass(isa: str) -> tvm.transform.Pass:
+    """The module pass that routes Q8_0 / Q4_0 products to `isa`'s integer kernels (the
+    float kernels no call uses any more are dropped)."""
+
+    def rewrite(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+        return rewrite_functions(mod, _Int8Rewriter(mod, isa))[0]
+
+    return tvm.transform.module_pass(rewrite, opt_level=0, name="RouteInt8Activations")
