@@ -21,7 +21,7 @@ from gguf_synth import SynthTensor, gguf_name, llama_cpp_permute, model_metadata
 _EXPERT = re.compile(r"(.+)\.experts\.(\d+)\.(\w+)\.weight")
 
 
-def _stack_experts(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def stack_experts(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-expert HF tensors merged into one [experts, out, in] tensor per projection, under
     the merged name the converter maps (`...experts.gate_proj.weight`); the rest as is."""
     merged: dict[str, np.ndarray] = {}
@@ -67,7 +67,7 @@ def convert_experts(
     model_arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     tensors: list[SynthTensor] = []
     restored: dict[str, np.ndarray] = {}
-    for name, values in _stack_experts(state).items():
+    for name, values in stack_experts(state).items():
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue
         parts = {name: values}

@@ -7,6 +7,7 @@ checkpoint under `mtp.` as vLLM reads it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,26 +40,30 @@ EXPERTS = {
 ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
 
 
-def hf_hybrid_model(architecture: str) -> torch.nn.Module:
+def hf_hybrid_model(architecture: str, **overrides: Any) -> torch.nn.Module:
+    """A random fp32 model of `architecture` on SHAPE (and EXPERTS), `overrides` replacing
+    config keys."""
+    shape = {**SHAPE, **overrides}
     if architecture == QWEN3_NEXT:
         from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
+        options = {"mlp_only_layers": [0], **shape}
         config = Qwen3NextConfig(
-            **SHAPE, **EXPERTS, mlp_only_layers=[0], rope_parameters=ROPE, tie_word_embeddings=False
+            **EXPERTS, **options, rope_parameters=ROPE, tie_word_embeddings=False
         )
         model = Qwen3NextForCausalLM(config)
     elif architecture == QWEN3_5:
         from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
         rope = {**ROPE, "mrope_section": [1, 1, 0]}
-        config = Qwen3_5TextConfig(**SHAPE, rope_parameters=rope, tie_word_embeddings=True)
+        config = Qwen3_5TextConfig(**shape, rope_parameters=rope, tie_word_embeddings=True)
         model = Qwen3_5ForCausalLM(config)
     else:
         from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
         rope = {**ROPE, "mrope_section": [1, 1, 0]}
         config = Qwen3_5MoeTextConfig(
-            **SHAPE, **EXPERTS, rope_parameters=rope, tie_word_embeddings=False
+            **EXPERTS, **shape, rope_parameters=rope, tie_word_embeddings=False
         )
         model = Qwen3_5MoeForCausalLM(config)
     config._attn_implementation = "eager"

@@ -79,12 +79,20 @@ def dequantized_oracle(float_dir: Path, dequantized: dict[str, np.ndarray]) -> A
 
 
 def prefill_logits(llm: LLM, ids: list[int]) -> np.ndarray:
-    """Our fp32 logits at every position of `ids`, in a sequence of their own."""
-    llm.runner.kv_cache.add_sequence(99)
+    """Our fp32 logits at every position of `ids`, in a sequence of their own (a hybrid
+    model's recurrent state in slot 0, zeroed first, as the engine hands a slot out)."""
+    runner = llm.runner
+    slots = None
+    pool = getattr(runner, "recurrent_pool", None)
+    if pool is not None:
+        pool.zero_slot(0)
+        slots = [0]
+    runner.kv_cache.add_sequence(99)
     try:
-        return llm.runner.prefill([99], [ids], logit_positions=range(len(ids)))
+        positions = range(len(ids))
+        return runner.prefill_logits([99], [ids], positions, recurrent_slots=slots).numpy()
     finally:
-        llm.runner.kv_cache.remove_sequence(99)
+        runner.kv_cache.remove_sequence(99)
 
 
 def assert_equals_oracle(

@@ -161,6 +161,35 @@ def test_the_cuda_source_moves_sixteen_bytes_per_access():
     assert cuda.count("*(uint4*)") == 3, cuda
 
 
+def _take_rows(width: int):
+    """An embedding lookup: out[i, j] = table[ids[i], j] (bfloat16 rows of `width`)."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def func(table: T.Buffer((64, width), "bfloat16"), var_ids: T.handle, var_out: T.handle):
+        n = T.int64()
+        ids = T.match_buffer(var_ids, (n,), "int32")
+        out = T.match_buffer(var_out, (n, width), "bfloat16")
+        for i, j in T.grid(n, width):
+            with T.sblock("take"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = table[ids[vi], vj]
+
+    return func
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+def test_a_row_gather_whose_rows_are_not_whole_thread_blocks_builds_in_vectors():
+    """Qwen3.6-27B's 5120-wide embedding rows: 640 lanes of 8 per row, not a multiple of the
+    256 threads of a block. Fusing the rows before the lane split made the token id each lane
+    reads depend on the lane, a bfloat16 vector gather CUDA codegen cannot emit."""
+    func = _take_rows(5120).with_attr("global_symbol", "take_rows")
+    with cuda_build_environment(resolve_target("cuda")) as target:
+        scheduled = VectorizedElementwise().apply(func, target, False).mod["main"]
+        source = tvm.tirx.build(tvm.IRModule({"take_rows": scheduled}), target=target)
+    cuda = source.imports[0].inspect_source()
+    assert cuda.count("*(uint4*)") == 2, cuda
+
+
 class _Norm(nn.Module):
     def __init__(self, width: int, dtype: str) -> None:
         self.weight = nn.Parameter((width,), dtype)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vllm_tvm.checkpoints.gguf_file import GGUFFile
+    from vllm_tvm.checkpoints.gguf_tensor_views import TensorView
 
 SLIDING_ATTENTION = "sliding_attention"
 FULL_ATTENTION = "full_attention"
@@ -46,6 +47,10 @@ GGUFConfigKeys = Callable[["GGUFFile", GGUFKey, dict[str, Any]], dict[str, Any]]
 GGUFConfigBody = Callable[[GGUFKey], dict[str, Any]]
 """key -> the HF config keys of a family whose metadata is not llama-shaped at all."""
 
+GGUFTensorViews = Callable[[dict[str, Any], "list[str]"], "dict[str, TensorView]"]
+"""(the file's HF config, the HF names of its tensors) -> the HF tensors that are read
+through a view of others (gguf_tensor_views.py), by HF name."""
+
 LLAMA_GLOBAL_TENSORS: Mapping[str, str] = MappingProxyType(
     {
         "token_embd.weight": "model.embed_tokens.weight",
@@ -69,18 +74,25 @@ class GGUFArchitecture:
     block_prefix: str = "model.layers"
     config_tensors: tuple[str, ...] = ()
     """Tensors that hold configuration (RoPE factors), not weights."""
+    mtp_blocks_key: str | None = None
+    """Metadata key (after `{arch}.`) counting the MTP blocks the converter stores after
+    the decoder's; their tensors are not read (no MTP speculation for the family yet)."""
     transposed_tensors: tuple[str, ...] = ()
     """Block tensors stored transposed against their HF layout."""
     permuted_qk: bool = False
     """The converter reordered Q/K rows for llama.cpp's interleaved rotary embedding."""
     norm_weight_offset: float = 0.0
     """The file stores RMSNorm weights as HF's w + offset (Gemma: 1)."""
+    offset_free_norms: tuple[str, ...] = ()
+    """HF suffixes of norm weights the converter stored as they are despite the offset."""
     partial_rotary: bool = False
     """`rope.dimension_count` may be smaller than the head (the first channels rotate)."""
     config_keys: GGUFConfigKeys | None = None
     """Family keys added to the llama-shaped HF config (after its RoPE scaling)."""
     config_body: GGUFConfigBody | None = None
     """When set, the whole HF config body instead of the llama-shaped one."""
+    tensor_views: GGUFTensorViews | None = None
+    """HF tensors the converter joined, reordered or re-encoded, read through views."""
 
 
 @dataclass(frozen=True)

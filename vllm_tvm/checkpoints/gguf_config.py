@@ -27,7 +27,7 @@ from vllm_tvm.checkpoints.gguf_tensor_names import (
     gguf_architecture,
     hf_tensor_index,
     hf_tensor_name,
-    is_config_tensor,
+    is_unread_tensor,
 )
 
 SUPPORTED_QUANT_TYPES: tuple[GGMLQuantizationType, ...] = (
@@ -79,7 +79,7 @@ def check_gguf_supported(source: GGUFSource) -> GGUFFile:
         )
 
     for tensor in reader.tensors:
-        if is_config_tensor(tensor.name, arch):
+        if is_unread_tensor(reader, tensor.name, arch):
             continue
         hf_tensor_name(tensor.name, arch)
     hf_tensor_index(reader, arch)
@@ -89,13 +89,13 @@ def check_gguf_supported(source: GGUFSource) -> GGUFFile:
 def gguf_tensor_types(source: GGUFSource) -> dict[str, str]:
     """ggml type name (``Q4_1``, ``F32`` ...) of every weight tensor, by HF tensor name.
 
-    Reads tensor infos only (RoPE factor tensors, not weights, are left out).
+    Reads tensor infos only (RoPE factor tensors, not weights, are left out); a tensor read
+    through a view (gguf_tensor_views.py) has the type the weight reader gives it.
     """
-    reader = open_gguf(source)
-    return {
-        name: slot.quant_type.name
-        for name, slot in hf_tensor_index(reader, architecture_of(reader)).items()
-    }
+    from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
+
+    weights = GGUFWeights(open_gguf(source))
+    return {name: weights.quant_type(name).name for name in weights.names()}
 
 
 def hf_config_from_gguf(source: GGUFSource) -> dict[str, Any]:

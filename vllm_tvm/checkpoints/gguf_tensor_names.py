@@ -80,9 +80,17 @@ def accepted_tensor_names(arch: str) -> list[str]:
     ]
 
 
-def is_config_tensor(gguf_name: str, arch: str) -> bool:
-    """Whether tensor ``gguf_name`` holds configuration (RoPE factors), not a model weight."""
-    return gguf_name in gguf_architecture(arch).config_tensors
+def is_unread_tensor(reader: GGUFFile, gguf_name: str, arch: str) -> bool:
+    """Whether tensor ``gguf_name`` is no weight of the served model: configuration (RoPE
+    factors), or a tensor of the MTP blocks stored after the decoder's."""
+    spec = gguf_architecture(arch)
+    if gguf_name in spec.config_tensors:
+        return True
+    match = _BLOCK_NAME.fullmatch(gguf_name)
+    if spec.mtp_blocks_key is None or match is None:
+        return False
+    mtp_blocks = metadata_field(reader, f"{arch}.{spec.mtp_blocks_key}", 0)
+    return int(match.group(1)) >= metadata_field(reader, f"{arch}.block_count") - mtp_blocks
 
 
 def is_transposed(gguf_name: str, arch: str) -> bool:
@@ -110,15 +118,16 @@ class TensorSlot:
 
 
 def hf_tensor_index(reader: GGUFFile, arch: str) -> dict[str, TensorSlot]:
-    """Every HF tensor of the file (weights only: RoPE factor tensors are left out) and where
-    it lives: one slot per expert of a stacked projection, one `kv_b_proj` per split pair.
+    """Every HF tensor of the file (weights only: RoPE factor and MTP tensors are left out)
+    and where it lives: one slot per expert of a stacked projection, one `kv_b_proj` per
+    split pair.
 
     Raises ``ValueError`` naming an unknown tensor or half of a `kv_b_proj` pair.
     """
     slots: dict[str, TensorSlot] = {}
     halves: dict[str, GGUFTensor] = {}
     for tensor in reader.tensors:
-        if is_config_tensor(tensor.name, arch):
+        if is_unread_tensor(reader, tensor.name, arch):
             continue
         name = hf_tensor_name(tensor.name, arch)
         if name.endswith(KV_B_PARTS):

@@ -12,7 +12,9 @@ the stack), and DeepSeek's `kv_b_proj`, which llama.cpp splits in two, is joined
 (gguf_expert_tensors.py). ``raw`` exposes the still quantized blocks (rows in HF order too)
 for kernels that dequantize on the fly. Norm weights that the converter offset (Gemma's:
 llama.cpp adds 1) come back as HF stores them, and transposed weights (GPT-2's ``Conv1D``)
-in HF's layout.
+in HF's layout. Tensors the converter joined, reordered or re-encoded (the Gated DeltaNet
+layers of `qwen3next` / `qwen35`) are read through their family's views
+(gguf_tensor_views.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from vllm_tvm.checkpoints.gguf_tensor_names import (
     hf_tensor_name,
     is_transposed,
 )
+from vllm_tvm.checkpoints.gguf_tensor_views import TensorView, stored_as_one
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,11 @@ class GGUFWeights:
         }
         spec = gguf_architecture(arch)
         self._norm_offset = spec.norm_weight_offset
+        self._offset_free_norms = spec.offset_free_norms
+        self._views: dict[str, TensorView] = {}
+        if spec.tensor_views is not None:
+            self._views = spec.tensor_views(self.config, list(self._tensors))
+        self._viewed = {part for view in self._views.values() for part in view.parts}
         self._heads: dict[str, int] = {}
         if spec.permuted_qk:
             self._heads = {
@@ -81,11 +89,19 @@ class GGUFWeights:
             }
 
     def names(self) -> list[str]:
-        """HF names of all tensors in the file, in file order."""
-        return list(self._tensors)
+        """HF names of all tensors in the file, in file order (those read through a view
+        last)."""
+        return [name for name in self._tensors if name not in self._viewed] + list(self._views)
 
     def shape(self, name: str) -> tuple[int, ...]:
         """Logical HF shape of tensor ``name`` (``[out, in]`` for linear weights)."""
+        view = self._views.get(name)
+        if view is not None:
+            return view.hf_shape([self._file_shape(part) for part in view.parts])
+        return self._file_shape(name)
+
+    def _file_shape(self, name: str) -> tuple[int, ...]:
+        """Logical HF shape of index tensor ``name``, before any view."""
         stored = self._stored_shape(name)
         return tuple(reversed(stored)) if name in self._transposed else stored
 
@@ -101,15 +117,29 @@ class GGUFWeights:
 
     def quant_type(self, name: str) -> GGMLQuantizationType:
         """The ggml type tensor ``name`` is stored in (reads no tensor data); a joined
-        `kv_b_proj` counts as F32: it exists only dequantized."""
-        return self._tensor(name).quant_type
+        `kv_b_proj`, and a view whose parts differ in type or whose reordering splits
+        blocks, count as F32: they exist only dequantized."""
+        view = self._views.get(name)
+        if view is None:
+            return self._tensor(name).quant_type
+        stored = stored_as_one([self._tensor(part).quant_type for part in view.parts])
+        if stored is None or view.block_columns(stored) is None:
+            return GGMLQuantizationType.F32
+        return stored
 
     def get(self, name: str, dtype: npt.DTypeLike = "float32") -> np.ndarray:
         """Tensor ``name`` dequantized to ``dtype``, in HF layout, as a fresh array."""
+        view = self._views.get(name)
+        if view is not None:
+            values = view.values([self._file_values(part) for part in view.parts])
+            return np.array(values, dtype=dtype)
+        return np.array(self._file_values(name), dtype=dtype)
+
+    def _file_values(self, name: str) -> np.ndarray:
+        """Index tensor ``name`` dequantized (float32), in HF layout, before any view."""
         slot = self._tensor(name)
         if slot.value_half is not None:
-            joined = join_kv_b(_dequantized(slot.tensor), _dequantized(slot.value_half))
-            return np.array(joined, dtype=dtype)
+            return join_kv_b(_dequantized(slot.tensor), _dequantized(slot.value_half))
         data = slot.tensor.data if slot.expert is None else slot.tensor.data[slot.expert]
         values = dequantize(data, slot.tensor.tensor_type).reshape(self._stored_shape(name))
         if name in self._transposed:
@@ -117,9 +147,10 @@ class GGUFWeights:
         order = self._hf_row_order(name)
         if order is not None:
             values = values[order]
-        if self._norm_offset and name.endswith("norm.weight"):
+        offset_free = name.endswith(self._offset_free_norms)
+        if self._norm_offset and name.endswith("norm.weight") and not offset_free:
             values = values - np.float32(self._norm_offset)
-        return np.array(values, dtype=dtype)
+        return values
 
     def raw(self, name: str) -> RawTensor:
         """Tensor ``name`` still quantized: its block bytes, quant type and HF shape.
@@ -128,8 +159,22 @@ class GGUFWeights:
         weights (``llama`` and ``granite`` files) are gathered into HF row order (a copy of
         that tensor only). A tensor stored transposed against HF (GPT-2's ``Conv1D``) has no
         block rows in HF order and is refused: it is read dequantized (``get``). A joined
-        `kv_b_proj` has no blocks of its own either: ``ValueError``.
+        `kv_b_proj` has no blocks of its own either, nor has a view that exists only
+        dequantized (``quant_type`` F32 over other types): ``ValueError``.
         """
+        view = self._views.get(name)
+        if view is None:
+            return self._file_raw(name)
+        quant_type = self.quant_type(name)
+        parts = [self._file_raw(part) for part in view.parts]
+        segment_bytes = view.block_columns(quant_type)
+        if segment_bytes is None or any(p.quant_type != quant_type for p in parts):
+            raise ValueError(f"{name} is rearranged across ggml blocks; it is read dequantized")
+        data = view.blocks([p.data for p in parts], segment_bytes)
+        return RawTensor(data, quant_type, self.shape(name))
+
+    def _file_raw(self, name: str) -> RawTensor:
+        """Index tensor ``name`` still quantized, before any view."""
         if name in self._transposed:
             raise ValueError(
                 f"{name} is stored transposed against its HF layout; its blocks cannot be "
@@ -139,7 +184,7 @@ class GGUFWeights:
         if slot.value_half is not None:
             raise ValueError(f"{name} is joined from two GGUF tensors and has no blocks")
         tensor = slot.tensor
-        shape = self.shape(name)
+        shape = self._file_shape(name)
         data = tensor.data if slot.expert is None else tensor.data[slot.expert]
         data = data.view(np.uint8)
         data = data.reshape(*shape[:-1], data.size // max(1, int(np.prod(shape[:-1]))))
@@ -167,7 +212,7 @@ class GGUFWeights:
         if len(parts) < 2 or parts[-2] not in self._heads:
             return None
         heads = self._heads[parts[-2]]
-        rows = self.shape(name)[0]
+        rows = self._file_shape(name)[0]
         half = rows // heads // 2
         return np.arange(rows).reshape(heads, half, 2).transpose(0, 2, 1).reshape(rows)
 

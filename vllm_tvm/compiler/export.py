@@ -30,7 +30,7 @@ from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.int8_activations import int8_activation_isa
 from vllm_tvm.compiler.kv_kernel_memo import memoised_kv_kernels
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
-from vllm_tvm.compiler.recurrent_kernels import TargetRecurrentKernels
+from vllm_tvm.compiler.recurrent_kernels import build_options
 from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.runtime_spec import runtime_spec_for
 from vllm_tvm.compiler.sampling_functions import SAMPLING_FUNCTIONS
@@ -86,10 +86,13 @@ def export_model(request: CompileRequest) -> ExportedModel:
     """The Relax module of the request's model and the manifest of its artifact."""
     family, model_config = request_model_config(request)
     target = request.target.make_target()
-    kernels = {"kernels": TargetRecurrentKernels(target)} if family.recurrent else {}
     model = model_for_role(
         family.build_model(
-            model_config, request.dtype, target, attention=request.attention, **kernels
+            model_config,
+            request.dtype,
+            target,
+            attention=request.attention,
+            **build_options(family.recurrent, target),
         ),
         request.speculative_role,
     )

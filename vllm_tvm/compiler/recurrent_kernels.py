@@ -7,6 +7,8 @@ Why here: model definitions take kernels through `model_defs.recurrent_kernels.R
 
 from __future__ import annotations
 
+from typing import Any
+
 from tvm import tirx
 from tvm.target import Target
 
@@ -30,3 +32,9 @@ class TargetRecurrentKernels:
 
     def causal_conv1d(self, channels: int, kernel_size: int) -> tirx.PrimFunc:
         return causal_conv1d(channels, kernel_size, self.gpu)
+
+
+def build_options(recurrent: bool, target: Target) -> dict[str, Any]:
+    """What a family's `build_model` takes beyond config, dtype and target: the kernels of a
+    family with recurrent layers (`ModelFamily.recurrent`), else nothing."""
+    return {"kernels": TargetRecurrentKernels(target)} if recurrent else {}

@@ -27,6 +27,7 @@ from vllm_tvm.checkpoints.weight_formats import (
     choose_formats,
     quant_format,
 )
+from vllm_tvm.compiler.recurrent_kernels import build_options
 from vllm_tvm.compiler.targets import TargetSpec
 from vllm_tvm.model_defs.architectures import family_for
 from vllm_tvm.model_defs.quant_linear import quantizable_weights
@@ -66,7 +67,10 @@ def plan_weight_formats(
         return {}
     family = family_for(config)
     parsed = family.parse_config(config)
-    model = family.build_model(parsed, dtype, target.make_target())
+    tvm_target = target.make_target()
+    model = family.build_model(
+        parsed, dtype, tvm_target, **build_options(family.recurrent, tvm_target)
+    )
     weight_sources = family.sources_for(parsed, model_path)
     if prequantized:
         return _prequantized_formats(model_path, config, model, weight_sources)

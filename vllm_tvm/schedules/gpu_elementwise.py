@@ -128,7 +128,11 @@ class VectorizedElementwise(dl.ScheduleRule):
         loops = sch.get_loops(block)
         if lanes is None or not _bound_one_to_one(sch, block, loops):
             return None
-        outer, lane = sch.split(sch.fuse(*loops), factors=[None, lanes])
+        # Split the innermost loop before fusing, so that a lane only moves the innermost
+        # index: fused first, a row index read from a table (an embedding's token ids) would
+        # depend on the lane, which CUDA codegen cannot emit for 16-bit vectors.
+        run, lane = sch.split(loops[-1], factors=[None, lanes])
+        outer = sch.fuse(*loops[:-1], run)
         block_x, thread_x = sch.split(outer, factors=[None, THREADS_PER_BLOCK])
         sch.bind(block_x, "blockIdx.x")
         sch.bind(thread_x, "threadIdx.x")

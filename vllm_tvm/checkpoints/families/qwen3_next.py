@@ -4,7 +4,8 @@ multimodal Qwen3.5 / Qwen3.6 checkpoints.
 
 Served through the recurrent-state pool beside the paged KV cache (runtime/kv/
 recurrent_pool.py), whose slots and pools the runner hands the compiled forwards
-(tests/test_hybrid_engine.py: greedy tokens equal transformers').
+(tests/test_hybrid_engine.py: greedy tokens equal transformers'). llama.cpp's `qwen3next`,
+`qwen35` and `qwen35moe` files: checkpoints/gguf_delta_net.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_tvm.checkpoints.family_spec import FamilySpec, ModelConfigError
+from vllm_tvm.checkpoints.gguf_delta_net import delta_net_architectures
 
 QWEN3_NEXT = "Qwen3NextForCausalLM"
 QWEN3_5 = "Qwen3_5ForCausalLM"
@@ -58,5 +60,6 @@ FAMILIES = (
         name="qwen3-next",
         architectures=HYBRID_ARCHITECTURES,
         definition="hybrid",
+        gguf=delta_net_architectures(QWEN3_NEXT, QWEN3_5, QWEN3_5_MOE),
     ),
 )
