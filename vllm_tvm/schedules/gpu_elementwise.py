@@ -128,7 +128,12 @@ class VectorizedElementwise(dl.ScheduleRule):
         loops = sch.get_loops(block)
         if lanes is None or not _bound_one_to_one(sch, block, loops):
             return None
-        outer, lane = sch.split(sch.fuse(*loops), factors=[None, lanes])
+        # The lanes split off the innermost loop alone, before the fuse: the index arithmetic
+        # of the outer axes (a division by a symbolic extent, with its sign selects) then stays
+        # scalar; split after the fuse it is vectorised too, and CUDA has no bool vector type.
+        *outer_loops, innermost = loops
+        row_part, lane = sch.split(innermost, factors=[None, lanes])
+        outer = sch.fuse(*outer_loops, row_part)
         block_x, thread_x = sch.split(outer, factors=[None, THREADS_PER_BLOCK])
         sch.bind(block_x, "blockIdx.x")
         sch.bind(thread_x, "threadIdx.x")
