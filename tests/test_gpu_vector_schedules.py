@@ -190,6 +190,34 @@ def test_a_row_gather_whose_rows_are_not_whole_thread_blocks_builds_in_vectors()
     assert cuda.count("*(uint4*)") == 2, cuda
 
 
+def _heads_first():
+    """The image prefill's q/k/v transpose: [n, heads, 16] -> [heads, n, 16], n symbolic."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def func(var_a: T.handle, var_out: T.handle):
+        n = T.int64()
+        a = T.match_buffer(var_a, (n, 4, 16), "bfloat16")
+        out = T.match_buffer(var_out, (4, n, 16), "bfloat16")
+        for h, i, d in T.grid(4, n, 16):
+            with T.sblock("transpose"):
+                vh, vi, vd = T.axis.remap("SSS", [h, i, d])
+                out[vh, vi, vd] = a[vi, vh, vd]
+
+    return func.with_attr("global_symbol", "heads_first")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+def test_a_transpose_over_a_symbolic_axis_builds_for_cuda_in_vectors():
+    """Its outer indices divide by the symbolic extent; vectorised, their sign selects
+    would be bool vectors, which CUDA's code generator cannot print."""
+    with cuda_build_environment(resolve_target("cuda")) as target:
+        scheduled = VectorizedElementwise().apply(_heads_first(), target, False).mod["main"]
+        source = tvm.tirx.build(tvm.IRModule({"heads_first": scheduled}), target=target)
+    cuda = source.imports[0].inspect_source()
+    # One 16-byte load and one 16-byte store per thread.
+    assert cuda.count("*(uint4*)") == 2, cuda
+
+
 class _Norm(nn.Module):
     def __init__(self, width: int, dtype: str) -> None:
         self.weight = nn.Parameter((width,), dtype)

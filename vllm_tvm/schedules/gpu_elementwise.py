@@ -128,11 +128,14 @@ class VectorizedElementwise(dl.ScheduleRule):
         loops = sch.get_loops(block)
         if lanes is None or not _bound_one_to_one(sch, block, loops):
             return None
-        # Split the innermost loop before fusing, so that a lane only moves the innermost
-        # index: fused first, a row index read from a table (an embedding's token ids) would
-        # depend on the lane, which CUDA codegen cannot emit for 16-bit vectors.
-        run, lane = sch.split(loops[-1], factors=[None, lanes])
-        outer = sch.fuse(*loops[:-1], run)
+        # The lanes split off the innermost loop alone, before the fuse, so a lane moves only
+        # the innermost index. Split after the fuse, the outer axes' index arithmetic is
+        # vectorised too: a row index read from a table (an embedding's token ids) becomes a
+        # 16-bit vector gather, and a division by a symbolic extent gets bool-vector sign
+        # selects; CUDA codegen can emit neither.
+        *outer_loops, innermost = loops
+        row_part, lane = sch.split(innermost, factors=[None, lanes])
+        outer = sch.fuse(*outer_loops, row_part)
         block_x, thread_x = sch.split(outer, factors=[None, THREADS_PER_BLOCK])
         sch.bind(block_x, "blockIdx.x")
         sch.bind(thread_x, "threadIdx.x")
