@@ -39,8 +39,9 @@ _K_ROW_PAD = 8
 """Elements added to a shared K row so the group's threads, reading different rows at one
 column, fall on different banks (a 272-byte row stride for head 128 in bf16). The padded
 tiles are flat buffers: TVM compacts a 2-D one to the columns it sees used."""
-_Q_ROW_PAD = 1
-"""Likewise for the group's fp32 queries, read a row a head."""
+_Q_ROW_PAD = 4
+"""Likewise for the group's fp32 queries, read a row a head, 16 bytes at a time."""
+_FP32_VECTOR = 4
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -136,6 +137,8 @@ def paged_decode_attention(
                 rescale = T.sblock_alloc_buffer((group,), "float32", scope="local")
                 acc = T.sblock_alloc_buffer((output_rounds,), "float32", scope="local")
                 dot = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                k_chunk = T.sblock_alloc_buffer((vector,), dtype, scope="local")
+                q_chunk = T.sblock_alloc_buffer((vector,), "float32", scope="local")
                 # The group's queries, pre-scaled into log2 units; the running state.
                 for tx in thread_loop():
                     for rnd in T.serial(output_rounds):
@@ -186,11 +189,20 @@ def paged_decode_attention(
                             row: T.let[T.int32] = flat // group
                             if row < TILE:
                                 if tile * TILE + row < keys:
+                                    # 16-byte shared reads into registers.
                                     dot[0] = T.float32(0)
-                                    for d in T.serial(head_dim):
-                                        dot[0] = dot[0] + q_tile[g * q_stride + d] * T.Cast(
-                                            "float32", k_tile[row * k_stride + d]
-                                        )
+                                    for c in T.serial(row_vectors):
+                                        for e in T.vectorized(vector):
+                                            k_chunk[e] = k_tile[row * k_stride + c * vector + e]
+                                        for h in T.serial(vector // _FP32_VECTOR):
+                                            for e in T.vectorized(_FP32_VECTOR):
+                                                q_chunk[h * _FP32_VECTOR + e] = q_tile[
+                                                    g * q_stride + c * vector + h * _FP32_VECTOR + e
+                                                ]
+                                        for e in T.unroll(vector):
+                                            dot[0] = dot[0] + q_chunk[e] * T.Cast(
+                                                "float32", k_chunk[e]
+                                            )
                                     scores[g, row] = dot[0]
                                 else:
                                     scores[g, row] = T.float32(_MASKED)
@@ -219,12 +231,15 @@ def paged_decode_attention(
                         for rnd in T.serial(output_rounds):
                             flat: T.let[T.int32] = rnd * threads + tx
                             if flat < group * head_dim:
-                                g: T.let[T.int32] = flat // head_dim
-                                d: T.let[T.int32] = flat % head_dim
-                                acc[rnd] = acc[rnd] * rescale[g]
-                                for row in T.serial(TILE):
-                                    acc[rnd] = acc[rnd] + weights[g, row] * T.Cast(
-                                        "float32", v_tile[row, d]
+                                acc[rnd] = acc[rnd] * rescale[flat // head_dim]
+                        # Rows outermost: a thread's outputs share a column when the block
+                        # has head_dim threads, so each V element is read once.
+                        for row in T.serial(TILE):
+                            for rnd in T.serial(output_rounds):
+                                flat: T.let[T.int32] = rnd * threads + tx
+                                if flat < group * head_dim:
+                                    acc[rnd] = acc[rnd] + weights[flat // head_dim, row] * T.Cast(
+                                        "float32", v_tile[row, flat % head_dim]
                                     )
                 for tx in thread_loop():
                     for rnd in T.serial(output_rounds):
