@@ -81,8 +81,36 @@ def paged_decode_attention(
     def task_loop(tasks: int):
         return T.thread_binding(tasks, thread="blockIdx.x") if gpu else T.parallel(tasks)
 
+    def staged_loop(rounds: int):
+        """Over a thread's staged vectors: unrolled on GPUs, so they stay in registers."""
+        return T.unroll(rounds) if gpu else T.serial(rounds)
+
     def thread_loop():
         return T.thread_binding(threads, thread="threadIdx.x") if gpu else T.serial(1)
+
+    @T.macro(hygienic=False)
+    def fetch_tile(staged, pages, page_values, first_page, kv_head, keys, tile, tx):
+        # A thread's share of a tile's K and V rows into its registers, one 16-byte vector
+        # a round; rows past the part's keys are zeros (0 weight times a stale row could be
+        # NaN).
+        for rnd in staged_loop(load_rounds):
+            flat: T.let[T.int32] = rnd * threads + tx
+            row: T.let[T.int32] = flat // row_vectors
+            column: T.let[T.int32] = flat % row_vectors * vector
+            key: T.let[T.int32] = tile * TILE + row
+            if row < TILE:
+                if key < keys:
+                    page: T.let[T.int32] = page_values[first_page + key // page_size]
+                    slot: T.let[T.int32] = key % page_size
+                    for half in staged_loop(2):
+                        for e in T.vectorized(vector):
+                            staged[half, rnd * vector + e] = pages[
+                                page, half, kv_head, slot, column + e
+                            ]
+                else:
+                    for half in staged_loop(2):
+                        for e in T.vectorized(vector):
+                            staged[half, rnd * vector + e] = T.Cast(dtype, 0)
 
     @T.prim_func(private=True, s_tir=True)
     def decode(
@@ -139,6 +167,8 @@ def paged_decode_attention(
                 dot = T.sblock_alloc_buffer((1,), "float32", scope="local")
                 k_chunk = T.sblock_alloc_buffer((vector,), dtype, scope="local")
                 q_chunk = T.sblock_alloc_buffer((vector,), "float32", scope="local")
+                # A thread's share of the next tile's K (0) and V (1), in registers.
+                staged = T.sblock_alloc_buffer((2, load_rounds * vector), dtype, scope="local")
                 # The group's queries, pre-scaled into log2 units; the running state.
                 for tx in thread_loop():
                     for rnd in T.serial(output_rounds):
@@ -152,34 +182,27 @@ def paged_decode_attention(
                     for g in T.serial(group):
                         running_max[g] = T.float32(_MASKED)
                         running_sum[g] = T.float32(0)
+                for tx in thread_loop():
+                    fetch_tile(staged, pages, page_values, first_page, kv_head, keys, 0, tx)
                 for tile in T.serial((keys + TILE - 1) // TILE):
-                    # K and V rows of the tile, one 16-byte vector a thread a round; rows
-                    # past the part's keys are zeros (0 weight times a stale row could be NaN).
+                    # The staged tile into shared memory; then the next tile's loads are
+                    # issued, in flight while this tile is attended.
                     for tx in thread_loop():
-                        for rnd in T.serial(load_rounds):
+                        for rnd in staged_loop(load_rounds):
                             flat: T.let[T.int32] = rnd * threads + tx
                             row: T.let[T.int32] = flat // row_vectors
                             column: T.let[T.int32] = flat % row_vectors * vector
-                            key: T.let[T.int32] = tile * TILE + row
                             if row < TILE:
-                                if key < keys:
-                                    page: T.let[T.int32] = page_values[
-                                        first_page + key // page_size
+                                for e in T.vectorized(vector):
+                                    k_tile[row * k_stride + column + e] = staged[
+                                        0, rnd * vector + e
                                     ]
-                                    slot: T.let[T.int32] = key % page_size
-                                    for e in T.vectorized(vector):
-                                        k_tile[row * k_stride + column + e] = pages[
-                                            page, 0, kv_head, slot, column + e
-                                        ]
-                                    for e in T.vectorized(vector):
-                                        v_tile[row, column + e] = pages[
-                                            page, 1, kv_head, slot, column + e
-                                        ]
-                                else:
-                                    for e in T.vectorized(vector):
-                                        k_tile[row * k_stride + column + e] = T.Cast(dtype, 0)
-                                    for e in T.vectorized(vector):
-                                        v_tile[row, column + e] = T.Cast(dtype, 0)
+                                for e in T.vectorized(vector):
+                                    v_tile[row, column + e] = staged[1, rnd * vector + e]
+                    for tx in thread_loop():
+                        fetch_tile(
+                            staged, pages, page_values, first_page, kv_head, keys, tile + 1, tx
+                        )
                     # Scores of every (head, row) pair; heads fastest, so a warp's threads
                     # read few rows, each broadcast to the group.
                     for tx in thread_loop():
