@@ -1,7 +1,8 @@
 """The attention of one decode step, old path against new, on a CUDA machine: TVM's
 `PagedKVCache` (host planning in `begin_forward`, 32 opaque attention calls) against
 compiler/device_decode_attention.py (metadata in fixed device buffers, one copy a step, the
-32 layers' appends and attentions in one CUDA graph), with and without the graph.
+32 layers' appends and attentions in one CUDA graph), and on the new path TVM's decode-attention
+kernel against ours (schedules/paged_decode_attention.py), both inside the graph.
 
 Level: the attention part of a decode step only (no GEMMs, norms or sampling), Llama-3.1-8B
 attention shape (32 q / 8 KV heads, head 128, bf16, 32 layers), every row at `--context`
@@ -28,15 +29,17 @@ import time
 from pathlib import Path
 
 LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM, DTYPE, PAGE = 32, 32, 8, 128, "bfloat16", 16
-BATCHES = (1, 64)
-SPLITS = {1: (16, 32), 64: (1, 2)}
-"""Split-KV parts per row tried for each bucket: the first is also built without graphs."""
+BATCHES = (1, 64, 256)
+SPLITS = {1: (16, 32), 64: (1, 2), 256: (1,)}
+"""Split-KV parts per row tried for each bucket, each with both attention kernels."""
+KERNELS = ("own", "tvm")
+"""compiler/device_decode_attention.py's decode-attention kernels: ours and TVM's."""
 MAX_CONTEXT = 1024 + 256
 PAGES_PER_ROW = MAX_CONTEXT // PAGE
 
 
-def _library(rows: int, splits: int, graph: bool) -> str:
-    return f"new_b{rows}_s{splits}_{'graph' if graph else 'eager'}.so"
+def _library(kernel: str, rows: int, splits: int) -> str:
+    return f"new_{kernel}_b{rows}_s{splits}_graph.so"
 
 
 def _pages_for(rows: int) -> int:
@@ -45,7 +48,7 @@ def _pages_for(rows: int) -> int:
 
 def build(out: Path, only_old: bool = False) -> None:
     """Every library the run needs, for sm_90a: the old path's, and the new path's per
-    bucket with and without CUDA graphs."""
+    bucket, split count and attention kernel, with CUDA graphs."""
     import tvm
     from tvm import relax as rx
     from tvm.relax.frontend import nn
@@ -64,18 +67,18 @@ def build(out: Path, only_old: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     shape = DecodeAttentionShape(Q_HEADS, KV_HEADS, HEAD_DIM, DTYPE)
     for rows in () if only_old else BATCHES:
-        for index, splits in enumerate(SPLITS[rows]):
-            mod = build_decode_attention_step(
-                shape, LAYERS, rows, PAGES_PER_ROW, _pages_for(rows), target, splits
-            )
-            for graph in (True, False) if index == 0 else (True,):
-                config = {"relax.backend.use_cuda_graph": graph}
+        for splits in SPLITS[rows]:
+            for kernel in KERNELS:
+                mod = build_decode_attention_step(
+                    shape, LAYERS, rows, PAGES_PER_ROW, _pages_for(rows), target, splits, kernel
+                )
+                config = {"relax.backend.use_cuda_graph": True}
                 with tvm.transform.PassContext(config=config):
                     executable = build_relax_module(
                         mod, spec, relax_pipeline=lowering_pipeline(target)
                     )
-                export(executable, out / _library(rows, splits, graph), spec)
-                print("built new", rows, splits, graph, flush=True)
+                export(executable, out / _library(kernel, rows, splits), spec)
+                print("built new", kernel, rows, splits, flush=True)
 
     sm_scale = HEAD_DIM**-0.5
 
@@ -172,7 +175,9 @@ def _timed(step, steps: int, sync) -> dict:
     }
 
 
-def run(libs: Path, batches: list[int], context: int, steps: int, out: Path | None) -> dict:
+def run(
+    libs: Path, batches: list[int], context: int, steps: int, out: Path | None, with_old: bool
+) -> dict:
     """Every new-path variant of every bucket first, then the old path bucket by bucket
     (its b64 run failed with an illegal address in TVM's decode kernel, twice, which ends
     the process's CUDA context); the report is written to `out` after every bucket, so
@@ -203,7 +208,7 @@ def run(libs: Path, batches: list[int], context: int, steps: int, out: Path | No
     for rows in batches:
         report[f"b{rows}"] = _new_path(tvm, libs, rows, context, steps)
         _write(report, out)
-    for rows in batches:
+    for rows in batches if with_old else ():
         entry = report[f"b{rows}"]
         entry["old"] = _old_path(tvm, libs, rows, context, steps)
         for key in [k for k in entry if k.startswith("new_")]:
@@ -278,10 +283,10 @@ def _new_path(tvm, libs: Path, rows: int, context: int, steps: int) -> dict:
     )
     fixed = [tvm.runtime.from_dlpack(x) for x in (q_t, k_t, v_t)]
     entry: dict = {}
-    variants = [(SPLITS[rows][0], False)] + [(splits, True) for splits in SPLITS[rows]]
-    for splits, graph in variants:
+    variants = [(kernel, splits) for splits in SPLITS[rows] for kernel in KERNELS]
+    for kernel, splits in variants:
         vm = tvm.runtime.vm.VirtualMachine(
-            tvm.runtime.load_module(str(libs / _library(rows, splits, graph))), device
+            tvm.runtime.load_module(str(libs / _library(kernel, rows, splits))), device
         )
         step_fn = vm["decode_attention_step"]
         buffers = DecodeStepBuffers(
@@ -295,7 +300,7 @@ def _new_path(tvm, libs: Path, rows: int, context: int, steps: int) -> dict:
             buffers.update(tables, lengths)
             return step_fn(*fixed, *buffers.kernel_arguments(), *pages)
 
-        key = f"new_s{splits}_{'graph' if graph else 'eager'}"
+        key = f"new_{kernel}_s{splits}_graph"
         entry[key] = _timed(new_step, steps, torch.cuda.synchronize)
         # One more step, then check it against torch on the same pages.
         out_t = torch.from_dlpack(new_step())
@@ -342,12 +347,13 @@ def main() -> None:
     run_args.add_argument("--context", type=int, default=1024)
     run_args.add_argument("--steps", type=int, default=50)
     run_args.add_argument("--out", type=Path)
+    run_args.add_argument("--with-old", action="store_true", help="also TVM's PagedKVCache")
     args = parser.parse_args()
     if args.command == "build":
         build(args.out, args.only_old)
         return
     batches = [int(b) for b in args.batches.split(",")]
-    run(args.libs, batches, args.context, args.steps, args.out)
+    run(args.libs, batches, args.context, args.steps, args.out, args.with_old)
     print("done")
 
 

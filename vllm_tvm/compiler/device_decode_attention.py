@@ -2,11 +2,15 @@
 
 Why: TVM's `PagedKVCache` runs its attention kernels from C++ behind an opaque builtin and
 feeds them metadata it planned on the host that step (`begin_forward`), so Relax's
-`RewriteCUDAGraph` cannot capture a decode step across attention. Here the same TIR kernels
-TVM's cache launches (`tir_kv_cache_transpose_append`, `batch_decode_paged_kv`) are plain
-`call_tir`s of a Relax function whose every argument is a buffer the runtime keeps at a
-fixed address (the KV pages, and runtime/kv/decode_step_buffers.py's metadata views), so the
-whole step becomes one captured region: the graph records the addresses once and replays.
+`RewriteCUDAGraph` cannot capture a decode step across attention. Here the append kernel
+TVM's cache launches (`tir_kv_cache_transpose_append`) and a decode-attention kernel are
+plain `call_tir`s of a Relax function whose every argument is a buffer the runtime keeps at
+a fixed address (the KV pages, and runtime/kv/decode_step_buffers.py's metadata views), so
+the whole step becomes one captured region: the graph records the addresses once and replays.
+
+The attention kernel is ours by default (schedules/paged_decode_attention.py: a thread block
+per GQA group sharing each K/V load); TVM's `batch_decode_paged_kv` stays selectable, to
+measure the one against the other.
 
 The function is marked `num_input = 1`: to `RewriteCUDAGraph` every argument after q is
 static, as weights are. That is a promise the caller keeps: the same tensors on every call of a
@@ -26,9 +30,13 @@ from tvm import relax, tirx
 from tvm.relax.frontend.nn.llm._decode_kernels import _attention_decode, _attention_decode_cpu
 from tvm.relax.frontend.nn.llm._page_kernels import _kv_cache_transpose_append
 
+from vllm_tvm.schedules.paged_decode_attention import paged_decode_attention
+
 STEP_FUNCTION = "decode_attention_step"
 APPEND_KERNEL = "device_decode_kv_append"
 DECODE_KERNEL = "device_decode_attention"
+OWN_KERNEL, TVM_KERNEL = "own", "tvm"
+"""The decode-attention kernels the step can call: ours, or TVM's `batch_decode_paged_kv`."""
 METADATA_ARGUMENTS = ("page_indptr", "page_values", "last_page_len", "positions", "append_slots")
 """The metadata the step takes after q, k and v, in DecodeStepBuffers.kernel_arguments order."""
 
@@ -56,32 +64,52 @@ class DecodeAttentionShape:
 
 
 def decode_attention_kernels(
-    shape: DecodeAttentionShape, target: tvm.target.Target
+    shape: DecodeAttentionShape, target: tvm.target.Target, kernel: str = OWN_KERNEL
 ) -> tuple[tirx.PrimFunc, tirx.PrimFunc]:
-    """The KV-append kernel and the decode-attention kernel for `target` (TVM's GPU kernel
-    on GPUs, its scalar one on CPUs), with RoPE off and the 1/sqrt(head_dim) scale bound."""
+    """The KV-append kernel and the decode-attention kernel `kernel` for `target`, both
+    with RoPE off and the 1/sqrt(head_dim) scale bound."""
+    append = _kv_cache_transpose_append(
+        shape.num_kv_heads, shape.head_dim, shape.dtype, shape.page_size
+    )
+    if kernel == OWN_KERNEL:
+        decode = paged_decode_attention(
+            shape.num_q_heads,
+            shape.num_kv_heads,
+            shape.head_dim,
+            shape.dtype,
+            shape.page_size,
+            gpu=target.kind.name != "llvm",
+        )
+    elif kernel == TVM_KERNEL:
+        decode = _tvm_decode_kernel(shape, target)
+    else:
+        raise ValueError(
+            f"decode-attention kernel {kernel!r}: expected {OWN_KERNEL!r} or {TVM_KERNEL!r}"
+        )
+    # Own symbols: the pipeline's CPU pass swaps TVM's decode kernel, found by its symbol,
+    # for one that takes RoPE arguments these calls no longer pass.
+    return (
+        append.with_attr("global_symbol", APPEND_KERNEL),
+        decode.with_attr("global_symbol", DECODE_KERNEL),
+    )
+
+
+def _tvm_decode_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
+    """TVM's GPU kernel on GPUs, its scalar one on CPUs, specialised to RoPE off. It takes
+    our kernel's arguments and then the positions twice (its RoPE offsets, unused)."""
     arguments = (shape.num_kv_heads, shape.num_q_heads, shape.head_dim, shape.dtype, False, {})
     if target.kind.name == "llvm":
         decode = _attention_decode_cpu(*arguments, page_size=shape.page_size)
     else:
         decode = _attention_decode(*arguments, target, page_size=shape.page_size)
     rotary_mode, rope_scale, rope_theta, sm_scale = decode.params[-4:]
-    decode = decode.specialize(
+    return decode.specialize(
         {
             rotary_mode: tirx.IntImm("int32", _ROTARY_OFF),
             rope_scale: tirx.FloatImm("float32", _ROPE_UNUSED),
             rope_theta: tirx.FloatImm("float32", _ROPE_UNUSED),
             sm_scale: tirx.FloatImm("float32", shape.head_dim**-0.5),
         }
-    )
-    append = _kv_cache_transpose_append(
-        shape.num_kv_heads, shape.head_dim, shape.dtype, shape.page_size
-    )
-    # Own symbols: the pipeline's CPU pass swaps TVM's decode kernel, found by its symbol,
-    # for one that takes RoPE arguments these calls no longer pass.
-    return (
-        append.with_attr("global_symbol", APPEND_KERNEL),
-        decode.with_attr("global_symbol", DECODE_KERNEL),
     )
 
 
@@ -114,6 +142,7 @@ def build_decode_attention_step(
     num_pages: int,
     target: tvm.target.Target,
     splits: int = 1,
+    kernel: str = OWN_KERNEL,
 ) -> tvm.IRModule:
     """A module with `decode_attention_step(q, k, v, <metadata>, pages_0 .. pages_{L-1})`.
 
@@ -129,7 +158,7 @@ def build_decode_attention_step(
     the region starts at the function's first binding, and drops the region's outputs when
     they are the function's result. So the step starts with a kernel reading its one
     dynamic input (q), and its last kernel writes a fresh result."""
-    append, decode = decode_attention_kernels(shape, target)
+    append, decode = decode_attention_kernels(shape, target, kernel)
     tensor = relax.TensorType
     parts = rows * splits
     q = relax.Var("q", tensor((rows, shape.num_q_heads, shape.head_dim), shape.dtype))
@@ -141,6 +170,7 @@ def build_decode_attention_step(
         for name, size in zip(METADATA_ARGUMENTS, sizes, strict=True)
     ]
     indptr, values, last_page_len, positions, append_slots = metadata
+    rope_positions = [positions, positions] if kernel == TVM_KERNEL else []
     pages = [relax.Var(f"pages_{layer}", shape.pages_type(num_pages)) for layer in range(layers)]
     out_type = [
         tensor((parts, shape.num_q_heads, shape.head_dim), shape.dtype),
@@ -163,7 +193,7 @@ def build_decode_attention_step(
                     )
                 )
                 part_query = query if splits == 1 else relax.op.repeat(query, splits, axis=0)
-                inputs = [part_query, written, indptr, values, last_page_len, positions, positions]
+                inputs = [part_query, written, indptr, values, last_page_len, *rope_positions]
                 attended = builder.emit(relax.call_tir(decode_var, inputs, out_ty=out_type))
                 output = relax.TupleGetItem(attended, 0)
                 if splits > 1:
