@@ -21,6 +21,7 @@ import pytest
 from image_files import rgb_file
 from PIL import Image
 
+from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.multimodal.image_decoding import ImageLimits
 from vllm_tvm.runtime.multimodal.image_errors import ImageInputError
 from vllm_tvm.runtime.multimodal.image_url import load_image_url
@@ -199,3 +200,8 @@ def test_a_bad_limit_mm_per_prompt_is_refused_naming_the_value(text: str, reason
     with pytest.raises(ValueError, match=reason) as raised:
         parse_limit_mm_per_prompt(text)
     assert text in str(raised.value)
+
+
+def test_llm_refuses_a_bad_limit_mm_per_prompt_before_loading(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="modality 'picture'"):
+        LLM(tmp_path / "no-such-model", limit_mm_per_prompt={"picture": 1})
