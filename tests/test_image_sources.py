@@ -205,3 +205,28 @@ def test_a_bad_limit_mm_per_prompt_is_refused_naming_the_value(text: str, reason
 def test_llm_refuses_a_bad_limit_mm_per_prompt_before_loading(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="modality 'picture'"):
         LLM(tmp_path / "no-such-model", limit_mm_per_prompt={"picture": 1})
+
+
+def unloaded_llm(limits: dict[str, int], allowed: Path | None = None) -> LLM:
+    """An LLM's front end with its media options set and no model loaded: the image checks
+    run before the engine is reached."""
+    llm = LLM.__new__(LLM)
+    llm.limit_mm_per_prompt = limits
+    llm.media_sources = MediaSources(allowed_local_media_path=allowed)
+    return llm
+
+
+def test_llm_holds_chat_and_generate_images_to_its_limit_and_directory(tmp_path: Path) -> None:
+    (tmp_path / "cat.png").write_bytes(IMAGE)
+    part = {"type": "image_url", "image_url": {"url": (tmp_path / "cat.png").as_uri()}}
+    conversation = [{"role": "user", "content": [part, part]}]
+    images = unloaded_llm({"image": 2}, tmp_path).chat_images(conversation)
+    np.testing.assert_array_equal(images[1].pixels, expected_pixels())
+    with pytest.raises(ImageInputError, match="without --allowed-local-media-path"):
+        unloaded_llm({"image": 2}).chat_images(conversation)
+    with pytest.raises(ValueError, match=r"At most 1 image\(s\)"):
+        unloaded_llm({"image": 1}, tmp_path).chat_images(conversation)
+    pil = Image.open(io.BytesIO(IMAGE))
+    prompt = {"prompt": "<img><img>", "multi_modal_data": {"image": [pil, pil]}}
+    with pytest.raises(ValueError, match=r"At most 1 image\(s\)"):
+        unloaded_llm({"image": 1})._prompt_and_images(prompt)
