@@ -1,17 +1,22 @@
 """Images through the user-facing surface of a tiny random Gemma3ForConditionalGeneration:
 `LLM.chat` with an `image_url` data: URL (prompt ids as transformers' Gemma 3 processor
 expands the rendered text, greedy tokens as transformers generates them), the openai client
-through a live server on loopback (the engine's answer), hostile images and non-image media
-as 400s naming the part, and `vllm-tvm generate --image FILE`."""
+through a live server on loopback (the engine's answer; an image fetched over http answers
+as its bytes sent inline), hostile images, unreachable URLs, more images than
+--limit-mm-per-prompt allows and non-image media as 400s naming the part or the limit, and
+`vllm-tvm generate --image FILE`."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +75,8 @@ def server(tiny_gemma3_vlm):
         engine=EngineArgs(model=str(path)),
         served_model_name=[MODEL_NAME],
         enable_log_requests=False,
+        limit_mm_per_prompt={"image": 2},
+        image_fetch_timeout=2.0,
     )
     live = LiveServer(ServingContext(engine, config))
     yield live
@@ -121,6 +128,53 @@ def test_openai_client_sends_images_through_serve(llm: LLM, server) -> None:
     expected = llm.chat(messages, SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS))[0]
     assert reply.choices[0].message.content == expected.outputs[0].text
     assert reply.usage.prompt_tokens == len(expected.prompt_token_ids)
+
+
+@pytest.fixture(scope="module")
+def image_site(tmp_path_factory):
+    """A loopback http server of a directory holding cat.png."""
+    root = tmp_path_factory.mktemp("site")
+    (root / "cat.png").write_bytes(_png(40, 56, 4))
+    handler = functools.partial(QuietFiles, directory=str(root))
+    site = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{site.server_address[1]}", root
+    site.shutdown()
+    site.server_close()
+
+
+class QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_http_image_through_serve_answers_as_its_bytes_inline(
+    llm: LLM, server, image_site
+) -> None:
+    base, root = image_site
+    reply = server.client().chat.completions.create(
+        model=MODEL_NAME, messages=_messages(f"{base}/cat.png"), max_tokens=8, temperature=0.0
+    )
+    inline = _messages(_data_url((root / "cat.png").read_bytes()))
+    expected = llm.chat(inline, SamplingParams(temperature=0.0, max_tokens=8))[0]
+    assert reply.choices[0].message.content == expected.outputs[0].text
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(
+            model=MODEL_NAME, messages=_messages(f"{base}/gone.png"), max_tokens=1
+        )
+    message = caught.value.body["message"]
+    assert message.startswith("messages[0].content[0]: ") and "HTTP 404" in message
+
+
+def test_more_images_than_limit_mm_per_prompt_is_a_400_naming_the_limit(server) -> None:
+    url = _data_url(_png(8, 8, 5))
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(
+            model=MODEL_NAME, messages=_messages(url, url, url), max_tokens=1
+        )
+    message = caught.value.body["message"]
+    assert "At most 2 image(s) may be provided in one prompt" in message
+    assert "--limit-mm-per-prompt" in message
 
 
 def _huge_png() -> bytes:

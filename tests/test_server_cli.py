@@ -21,6 +21,7 @@ from vllm_tvm.cli.vllm_serve_flags import (
     NO_EFFECT_SWITCHES,
     NOT_IMPLEMENTED,
 )
+from vllm_tvm.runtime.multimodal.media_limits import parse_limit_mm_per_prompt
 from vllm_tvm.server.config import ServerConfig
 from vllm_tvm.server.options import options_of
 
@@ -220,7 +221,8 @@ def test_every_setting_left_alone_keeps_its_field_default(no_server_env):
 def _sample(how) -> tuple[str, object]:
     """A value for a setting's flag, and what the field should hold after it."""
     choices = how.choice_list()
-    text = choices[-1] if choices else {int: "7", float: "2.5"}.get(how.parse, "x")
+    samples = {int: "7", float: "2.5", parse_limit_mm_per_prompt: '{"image": 2}'}
+    text = choices[-1] if choices else samples.get(how.parse, "x")
     return text, how.parse(text)
 
 
@@ -243,3 +245,27 @@ def test_an_environment_variable_fills_a_setting_its_flag_left_unset(monkeypatch
     monkeypatch.setenv("VLLM_API_KEY", "from-env")
     assert parse("--model", "m").api_key == "from-env"
     assert parse("--model", "m", "--api-key", "from-flag").api_key == "from-flag"
+
+
+def test_media_flags_and_the_fetch_timeout_variable_set_the_media_sources(monkeypatch, tmp_path):
+    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1.5")
+    config = parse(
+        "--model", "m", "--allowed-local-media-path", str(tmp_path),
+        "--limit-mm-per-prompt", '{"image": 3}',
+    )  # fmt: skip
+    assert config.limit_mm_per_prompt == {"image": 3}
+    assert config.media_sources.fetch_timeout == 1.5
+    assert config.media_sources.allowed_local_media_path == tmp_path
+    defaults = parse("--model", "m")
+    assert (
+        defaults.limit_mm_per_prompt == {}
+        and defaults.media_sources.allowed_local_media_path is None
+    )
+
+
+@pytest.mark.parametrize("value", ["{image: 2}", '{"image": -1}', '{"picture": 1}'])
+def test_a_bad_limit_mm_per_prompt_is_refused_naming_the_value(capsys, value):
+    with pytest.raises(SystemExit):
+        parse("--model", "m", "--limit-mm-per-prompt", value)
+    err = capsys.readouterr().err
+    assert "--limit-mm-per-prompt" in err and value in err

@@ -11,7 +11,7 @@ field's default, and no default is written here.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vllm_tvm.server.config import ServerConfig
@@ -20,6 +20,21 @@ from vllm_tvm.server.options import ServerOption, field_default, options_of
 
 def _help(how: ServerOption, default: Any) -> str:
     return how.help.format(default=default) if how.help else ""
+
+
+def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` for argparse: its ValueError's own message (which names the value) becomes the
+    flag's error, not argparse's generic "invalid <function> value"; builtins stay as they are."""
+    if parse in (int, float, str):
+        return parse
+
+    def flag_value(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return flag_value
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +57,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 *how.flags,
                 dest=item.name,
-                type=how.parse,
+                type=_flag_type(how.parse),
                 choices=how.choice_list(),
                 nargs=how.nargs,
                 metavar=how.metavar,

@@ -79,7 +79,6 @@ NOT_IMPLEMENTED = (
     "--task",
     "--runner",
     "--convert",
-    "--limit-mm-per-prompt",
     "--mm-processor-kwargs",
     "--guided-decoding-backend",
     "--logits-processors",

@@ -20,6 +20,8 @@ from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage, decoded_from_pil
 from vllm_tvm.runtime.multimodal.image_url import load_image_url
+from vllm_tvm.runtime.multimodal.media_limits import check_item_count, checked_limits
+from vllm_tvm.runtime.multimodal.media_sources import MediaSources
 from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.tokenization.chat_messages import image_urls, template_messages
@@ -34,9 +36,22 @@ class LLM:
     `options` are `EngineArgs` fields (device, dtype, attention, gemm, max_model_len,
     num_blocks, load_format, skip_tokenizer_init, ...), or vLLM options with no effect here
     (entrypoints/vllm_options.py: enforce_eager, swap_space, ...); any other name is refused
-    with a TypeError naming it."""
+    with a TypeError naming it. vLLM's media options are the front end's, not the engine's:
+    `limit_mm_per_prompt` ({"image": 2}; a modality not named: 999) and
+    `allowed_local_media_path` (the directory file:// image URLs may read under; None: no
+    local files), both checked before anything loads."""
 
-    def __init__(self, model: str | Path, **options: Any) -> None:
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        limit_mm_per_prompt: Mapping[str, int] | None = None,
+        allowed_local_media_path: str | Path | None = None,
+        **options: Any,
+    ) -> None:
+        self.limit_mm_per_prompt = checked_limits(limit_mm_per_prompt or {})
+        allowed = None if allowed_local_media_path is None else Path(allowed_local_media_path)
+        self.media_sources = MediaSources(allowed_local_media_path=allowed)
         args = EngineArgs.from_options(model, **without_no_effect_options(options))
         self._start(resolve_engine(args))
 
@@ -45,6 +60,8 @@ class LLM:
         """An LLM over `args` already resolved (entrypoints/resolve.py), as a front end that
         resolved them itself (the command line) has them: nothing is resolved twice."""
         llm = cls.__new__(cls)
+        llm.limit_mm_per_prompt = {}
+        llm.media_sources = MediaSources()
         llm._start(args)
         return llm
 
@@ -72,7 +89,7 @@ class LLM:
         params_list = self._params_for(prompts, sampling_params)  # type: ignore[arg-type]
         if priority is not None and len(priority) != len(prompts):
             raise ValueError(f"got {len(priority)} priorities for {len(prompts)} prompts")
-        split = [_prompt_and_images(prompt) for prompt in prompts]  # type: ignore[arg-type]
+        split = [self._prompt_and_images(prompt) for prompt in prompts]  # type: ignore[arg-type]
         return generate_all(
             self.engine,
             [prompt for prompt, _ in split],
@@ -132,9 +149,13 @@ class LLM:
         return generate_all(self.engine, prompts, params_list, None, images)
 
     def chat_images(self, conversation: Conversation) -> list[DecodedImage]:
-        """The images of `conversation`'s `image_url` parts (data: URLs), in prompt order."""
+        """The images of `conversation`'s `image_url` parts, in prompt order; more than
+        `limit_mm_per_prompt` allows is refused before any is loaded."""
+        urls = image_urls(conversation)
+        check_item_count(self.limit_mm_per_prompt, "image", len(urls))
         return [
-            load_image_url(url, index) for index, (_, url) in enumerate(image_urls(conversation))
+            load_image_url(url, index, sources=self.media_sources)
+            for index, (_, url) in enumerate(urls)
         ]
 
     def chat_prompt_ids(
@@ -164,7 +185,7 @@ class LLM:
     ) -> Iterator[RequestOutput]:
         """One request's outputs as it runs, each holding only what is new (delta); a dict
         prompt may carry images (see `generate`)."""
-        prompt, images = _prompt_and_images(prompt)
+        prompt, images = self._prompt_and_images(prompt)
         request_id = self.engine.add_request(
             None, prompt, params, output_kind="delta", images=images
         )
@@ -182,6 +203,12 @@ class LLM:
     def reset_prefix_cache(self) -> bool:
         """Drop every cached prefix block; True on success."""
         return self.engine.reset_prefix_cache()
+
+    def _prompt_and_images(self, prompt: PromptInput | Mapping[str, Any]) -> tuple[Any, list]:
+        """`_prompt_and_images`, its images held to `limit_mm_per_prompt`."""
+        text, images = _prompt_and_images(prompt)
+        check_item_count(self.limit_mm_per_prompt, "image", len(images))
+        return text, images
 
 
 def _prompt_and_images(prompt: PromptInput | Mapping[str, Any]) -> tuple[PromptInput, list]:

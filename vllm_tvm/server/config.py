@@ -20,6 +20,8 @@ from vllm_tvm.runtime.engine.admission import (
     AdmissionLimits,
 )
 from vllm_tvm.runtime.engine.args import EngineArgs
+from vllm_tvm.runtime.multimodal.media_limits import parse_limit_mm_per_prompt
+from vllm_tvm.runtime.multimodal.media_sources import DEFAULT_IMAGE_FETCH_TIMEOUT, MediaSources
 from vllm_tvm.server.options import option, seconds, whole_number
 
 DEFAULT_MAX_LOGPROBS = 20
@@ -226,6 +228,31 @@ class ServerConfig:
             help="serve GET /tokenizer_info (special tokens, chat template) for remote tokenizers",
         ),
     )
+    allowed_local_media_path: str | None = field(
+        default=None,
+        metadata=option(
+            flags=("--allowed-local-media-path",),
+            metavar="DIR",
+            help="serve file:// image URLs from under this directory (default: none, refused)",
+        ),
+    )
+    limit_mm_per_prompt: dict[str, int] = field(
+        default_factory=dict,
+        metadata=option(
+            flags=("--limit-mm-per-prompt",),
+            parse=parse_limit_mm_per_prompt,
+            metavar="JSON",
+            help="the most media items per prompt, e.g. '{{\"image\": 2}}' (default: 999 each)",
+        ),
+    )
+    image_fetch_timeout: float = field(
+        default=DEFAULT_IMAGE_FETCH_TIMEOUT,
+        metadata=option(
+            env="VLLM_IMAGE_FETCH_TIMEOUT",
+            parse=seconds,
+            help="seconds one http(s) image fetch may take in all (default {default:g})",
+        ),
+    )
     max_new_tokens: int | None = field(
         default=None,
         metadata=option(
@@ -259,6 +286,12 @@ class ServerConfig:
     def model_names(self) -> list[str]:
         """Every name a request may use for this model."""
         return list(self.served_model_name) or [self.model_name]
+
+    @property
+    def media_sources(self) -> MediaSources:
+        """Where request images may come from besides data: URLs."""
+        allowed = self.allowed_local_media_path
+        return MediaSources(self.image_fetch_timeout, None if allowed is None else Path(allowed))
 
     @property
     def admission_limits(self) -> AdmissionLimits:

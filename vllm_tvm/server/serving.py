@@ -27,6 +27,7 @@ from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.multimodal.image_errors import ImageInputError
 from vllm_tvm.runtime.multimodal.image_url import load_image_url
+from vllm_tvm.runtime.multimodal.media_limits import check_item_count
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.structured_output import StructuredOutputsParams
 from vllm_tvm.runtime.structured_output.logits_hook import GrammarConstraints
@@ -219,14 +220,22 @@ class ServingContext:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def chat_images(self, messages: Sequence[Any]) -> list[DecodedImage]:
-        """The decoded images of a rendered chat's `image_url` parts, in prompt order; a bad,
-        truncated or oversized one is a 400 naming its part."""
+        """The decoded images of a rendered chat's `image_url` parts, in prompt order; more
+        than --limit-mm-per-prompt allows is a 400 before any is loaded, and a bad, truncated,
+        oversized or unreachable one is a 400 naming its part. Fetching blocks: this runs
+        off the event loop (chat.py builds its call in a worker thread)."""
         if self.image_placeholder is None:
             return []  # `render_chat` refused every image part by name
+        parts = image_urls([item.model_dump(exclude_unset=True) for item in messages])
+        try:
+            check_item_count(self.config.limit_mm_per_prompt, "image", len(parts))
+        except ValueError as err:
+            raise APIError(str(err), param="messages") from err
         images = []
-        for name, url in image_urls([item.model_dump(exclude_unset=True) for item in messages]):
+        sources = self.config.media_sources
+        for name, url in parts:
             try:
-                images.append(load_image_url(url, len(images)))
+                images.append(load_image_url(url, len(images), sources=sources))
             except ImageInputError as err:
                 raise APIError(f"{name}: {err.reason}", param=name) from err
         return images

@@ -1,9 +1,9 @@
 """An OpenAI `image_url` content part's URL -> a decoded image.
 
-Accepted today: inline `data:` URLs, `data:image/<png|jpeg|webp|gif>[;param...];base64,<data>`.
-An `http(s)` URL is refused by name until fetching exists (it needs its own size and time
-limits and a test server); a local file is refused too (serving one needs an allowed
-directory). The encoded size is checked from the base64 length before anything is decoded."""
+Accepted: inline `data:` URLs, `data:image/<png|jpeg|webp|gif>[;param...];base64,<data>`
+(the encoded size checked from the base64 length before anything is decoded), `http(s)`
+URLs fetched within a time and byte limit, and `file://` URLs under the allowed local media
+directory (media_sources.py). Every image is held to the same `ImageLimits`."""
 
 from __future__ import annotations
 
@@ -12,31 +12,40 @@ import binascii
 
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage, ImageLimits, decode_image
 from vllm_tvm.runtime.multimodal.image_errors import ImageInputError
+from vllm_tvm.runtime.multimodal.media_sources import (
+    MediaSources,
+    fetch_http_image,
+    read_local_image,
+)
 
 ACCEPTED_MEDIA_TYPES = ("image/png", "image/jpeg", "image/jpg", "image/webp", "image/gif")
 """The media types a data URL may declare; the bytes' real format is then read from the
 bytes themselves (restricted to the same formats), as browsers and vLLM do."""
 
 
-def load_image_url(url: str, part_index: int, limits: ImageLimits | None = None) -> DecodedImage:
+def load_image_url(
+    url: str,
+    part_index: int,
+    limits: ImageLimits | None = None,
+    sources: MediaSources | None = None,
+) -> DecodedImage:
     """The image an `image_url` part points at, or an ImageInputError naming the part."""
     limits = limits or ImageLimits()
+    sources = sources or MediaSources()
     scheme = url.split(":", 1)[0].strip().lower() if ":" in url else ""
     if scheme == "data":
-        return decode_image(_data_url_bytes(url, part_index, limits), part_index, limits)
-    if scheme in ("http", "https"):
+        data = _data_url_bytes(url, part_index, limits)
+    elif scheme in ("http", "https"):
+        data = fetch_http_image(url, part_index, limits.max_encoded_bytes, sources)
+    elif scheme == "file":
+        data = read_local_image(url, part_index, limits.max_encoded_bytes, sources)
+    else:
         raise ImageInputError(
             part_index,
-            "http(s) image URLs are not supported yet; send the image inline as a "
-            "data: URL (data:image/png;base64,...)",
+            f"image URL scheme {scheme!r} is not supported; accepted: data: (base64), "
+            "http(s), file (under --allowed-local-media-path)",
         )
-    if scheme == "file":
-        raise ImageInputError(
-            part_index, "local image files are not served; send the image inline as a data: URL"
-        )
-    raise ImageInputError(
-        part_index, f"image URL scheme {scheme!r} is not supported; accepted: data: (base64)"
-    )
+    return decode_image(data, part_index, limits)
 
 
 def _data_url_bytes(url: str, part_index: int, limits: ImageLimits) -> bytes:
