@@ -1,4 +1,4 @@
-"""`--cpu-int8-activations`: Q8_0 / Q4_0 / Q4_1 products on int8 activations, through the compiler.
+"""`--cpu-int8-activations`: Q8_0 / Q4_x / Q5_x products on int8 activations, via the compiler.
 
 Oracles: llama.cpp's quantize-then-dot definition (written in numpy in test_cpu_int8_dot.py)
 for one product routed by the compiler's rewrite (compiler/int8_activations.py), at
@@ -46,7 +46,8 @@ NATIVE_ISA = int8_dot_isa(resolve_target("llvm").make_target())
 needs_int8_dot = pytest.mark.skipif(NATIVE_ISA is None, reason="no AVX2 / VNNI on this CPU")
 FEATURES, COLUMNS = 40, 160
 STEPS = 8
-INT8_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1]
+INT8_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
+WITH_MINS = (Q.Q4_1, Q.Q5_1)
 
 FLOAT_PATH_RELATIVE_RMS = 0.15
 """The bound on the int8 path's logits against the float path's, as the RMS of the
@@ -80,7 +81,7 @@ def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) 
     )
     mod = int8_activations_pass(NATIVE_ISA)(mod)
     names = {gv.name_hint for gv in mod.get_global_vars()}
-    activations = "q8_1" if qtype == Q.Q4_1 else "q8_0"
+    activations = "q8_1" if qtype in WITH_MINS else "q8_0"
     assert names == {"forward", f"quantize_activations_{activations}", f"int8_dot_{fmt.name}"}
     target = resolve_target("llvm").make_target()
     library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
@@ -104,17 +105,19 @@ def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) 
     rounded = xq.astype(np.float64) * np.repeat(xd.astype(np.float64), 32, axis=1)
     weights = gguf.quants.dequantize(data, qtype).reshape(FEATURES, COLUMNS).astype(np.float64)
     expected = rounded @ weights.T
-    if qtype == Q.Q4_1:
-        mins = _q4_1_mins(data.reshape(FEATURES, -1)).astype(np.float64)
+    if qtype in WITH_MINS:
+        mins = _block_mins(data.reshape(FEATURES, -1), qtype).astype(np.float64)
         block_sums = rounded.reshape(rows, -1, 32).sum(axis=-1)
         expected += (_block_sums_reference(x[0]).astype(np.float64) - block_sums) @ mins.T
     bound = 1e-6 * (np.abs(rounded) @ np.abs(weights).T)
     assert (np.abs(got - expected) <= bound).all()
 
 
-def _q4_1_mins(rows: np.ndarray) -> np.ndarray:
-    """The fp16 min of each block of Q4_1 rows (bytes 2-3 of its 20), as the file has it."""
-    return rows.reshape(rows.shape[0], -1, 20)[:, :, 2:4].copy().view(np.float16)[..., 0]
+def _block_mins(rows: np.ndarray, qtype: Q) -> np.ndarray:
+    """The fp16 min of each block of Q4_1 / Q5_1 rows (bytes 2-3, after d), as stored."""
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    blocks = rows.reshape(rows.shape[0], -1, block_bytes)
+    return blocks[:, :, 2:4].copy().view(np.float16)[..., 0]
 
 
 def _tiny_file(
@@ -150,7 +153,7 @@ def q4_1_file(
 ) -> tuple[Path, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The same llama with every matrix in Q4_1: path, weights, each matrix's block mins."""
     path, weights, stored = _tiny_file(tmp_path_factory, Q.Q4_1)
-    return path, weights, {name: _q4_1_mins(rows) for name, rows in stored.items()}
+    return path, weights, {name: _block_mins(rows, Q.Q4_1) for name, rows in stored.items()}
 
 
 def _artifact(model: Path, choice: str) -> Path:
@@ -285,7 +288,7 @@ def test_auto_follows_the_target_and_the_manifest_records_the_instructions(
         ({"dtype": "float16"}, "dtype 'float16': the integer path takes float32 activations"),
         (
             {"weight_format": "dequantized"},
-            "no weight is kept as q8_0 or q4_0 or q4_1 (kept quantized: none;",
+            "no weight is kept as one of q8_0, q4_0, q4_1, q5_0, q5_1 (kept quantized: none;",
         ),
     ],
 )

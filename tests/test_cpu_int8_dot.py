@@ -3,9 +3,11 @@
 Oracle: llama.cpp's quantize-then-dot, written here in numpy from ggml's reference code:
 `quantize_row_q8_0_ref` (d = max|x| / 127, q = roundf(x * (1 / d)), d stored as fp16) and
 `ggml_vec_dot_q8_0_q8_0` / `ggml_vec_dot_q4_0_q8_0` (per block: the integer sum of the
-products times fp16(d_w) * fp16(d_x), summed); for Q4_1, `quantize_row_q8_1_ref` (the same
-values and scale, and s = fp16(d * sum(q)) with d unrounded) and `ggml_vec_dot_q4_1_q8_1`
-(per block, the same term plus fp16(m_w) * fp16(s_x)). The weights are blocks `gguf.quants.quantize`
+products times fp16(d_w) * fp16(d_x), summed); for Q4_1 / Q5_1, `quantize_row_q8_1_ref` (the
+same values and scale, and s = fp16(d * sum(q)) with d unrounded) and
+`ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q5_1_q8_1` (per block, the same term plus
+fp16(m_w) * fp16(s_x)); Q5_0 multiplies Q8_0 activations as Q4_0 does, its values taking
+a fifth bit each, offset 16. The weights are blocks `gguf.quants.quantize`
 wrote, read from their bytes here; the kernels read them repacked into planes. Against the
 float path (gguf's dequantized weights times the unquantized activations) the difference is
 the activations' quantization error, bounded below.
@@ -71,20 +73,26 @@ def _block_sums_reference(x: np.ndarray) -> np.ndarray:
 
 def _weight_blocks(qtype: Q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """gguf-quantized weight rows from their bytes: (integer values in value order, fp16
-    scales, fp16 mins: zero but for Q4_1)."""
+    scales, fp16 mins: zero but for Q4_1 / Q5_1), as ggml's block_q*_* lay them out."""
     data = np.asarray(gguf.quants.quantize(_float_weights(), qtype)).view(np.uint8)
     blocks = data.reshape(FEATURES, COLUMNS // 32, -1)
     d = blocks[:, :, 0:2].copy().view(np.float16)[..., 0]
     m = np.zeros_like(d)
     if qtype == Q.Q8_0:
         q = blocks[:, :, 2:34].copy().view(np.int8).astype(np.int64)
-    elif qtype == Q.Q4_0:  # low nibbles are values 0-15, high nibbles 16-31, offset 8
-        nibbles = blocks[:, :, 2:18]
-        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1).astype(np.int64) - 8
-    else:  # Q4_1: fp16 d, fp16 m, then nibbles as Q4_0's, no offset
-        m = blocks[:, :, 2:4].copy().view(np.float16)[..., 0]
-        nibbles = blocks[:, :, 4:20]
-        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1).astype(np.int64)
+    else:  # low nibbles are values 0-15, high nibbles 16-31
+        start = 2
+        if qtype in (Q.Q4_1, Q.Q5_1):  # fp16 m after d, no offset
+            m = blocks[:, :, 2:4].copy().view(np.float16)[..., 0]
+            start = 4
+        fifth = np.zeros((FEATURES, COLUMNS // 32, 32), np.int64)
+        if qtype in (Q.Q5_0, Q.Q5_1):  # then qh: bit v of a little-endian uint32 is value v's
+            qh = blocks[:, :, start : start + 4].copy().view("<u4")[..., 0].astype(np.int64)
+            fifth = ((qh[..., None] >> np.arange(32)) & 1) << 4
+            start += 4
+        nibbles = blocks[:, :, start : start + 16]
+        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1).astype(np.int64) + fifth
+        q -= {Q.Q4_0: 8, Q.Q5_0: 16}.get(qtype, 0)
     return q.reshape(FEATURES, COLUMNS), d, m
 
 
@@ -146,7 +154,7 @@ def _target_for(isa: str) -> Target:
 
 
 @pytest.mark.parametrize("isa", _isas_here())
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda t: t.name)
 def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str) -> None:
     x = _activations()
     xq, xd = _quantize_reference(x)
@@ -192,6 +200,6 @@ def _float_weights() -> np.ndarray:
 
 def test_other_formats_are_refused_by_name() -> None:
     with pytest.raises(
-        ValueError, match=r"no int8 dot product for 'q5_0'; supported: q8_0, q4_0, q4_1"
+        ValueError, match=r"no int8 dot product for 'q2_k'; supported: q8_0, q4_0, q4_1, q5_0, q5_1"
     ):
-        int8_gemv("q5_0", 1, 16, 32, VNNI)
+        int8_gemv("q2_k", 1, 16, 32, VNNI)

@@ -1,12 +1,13 @@
-"""Route a CPU build's Q8_0 / Q4_0 / Q4_1 matmuls to int8 activations and integer dot products.
+"""Route a CPU build's Q8_0 / Q4_x / Q5_x matmuls to int8 activations and integer dot products.
 
 Why: the fused matmuls of model_defs/quant_linear.py widen each weight to fp32 in registers
 and multiply fp32 activations, one float FMA per weight. With `--cpu-int8-activations on`
-(artifacts/compile_options.py) each `call_tir` of a Q8_0, Q4_0 or Q4_1 `nt_matmul` becomes,
-as in llama.cpp, a quantization of its activations per block of 32 (Q8_0: fp16 scale, int8
-values; for Q4_1, whose blocks have a min, Q8_1: also s = d * sum(q)) and the integer dot
-product of those with the weight's blocks, one instruction for 32 byte products
-(schedules/cpu_int8_dot.py; VNNI or AVX2, from the target's features). The
+(artifacts/compile_options.py) each `call_tir` of a Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1
+`nt_matmul` becomes, as in llama.cpp, a quantization of its activations per block of 32
+(Q8_0: fp16 scale, int8 values; for Q4_1 / Q5_1, whose blocks have a min, Q8_1: also
+s = d * sum(q)) and the integer dot product of those with the weight's blocks, one
+instruction for 32 byte products (schedules/cpu_int8_dot.py; VNNI or AVX2, from the
+target's features). The
 numerics change as llama.cpp's do: each activation is rounded to its block's int8 step, so
 logits differ from the float path's (tests/test_cpu_int8_activations.py states the bound);
 products over other weight formats, and every float matmul, stay on the float path.
@@ -71,8 +72,8 @@ def _why_not(spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]) ->
     if not set(weight_formats.values()) & set(INT8_DOT_FORMATS):
         kept = ", ".join(sorted(set(weight_formats.values()))) or "none"
         return (
-            f"no weight is kept as {' or '.join(INT8_DOT_FORMATS)} (kept quantized: {kept}; "
-            "the integer kernels multiply those formats only)"
+            f"no weight is kept as one of {', '.join(INT8_DOT_FORMATS)} (kept quantized: "
+            f"{kept}; the integer kernels multiply those formats only)"
         )
     return None
 

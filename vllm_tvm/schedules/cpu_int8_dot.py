@@ -15,11 +15,12 @@ sum once. This module holds the pieces of that path:
 - `quantize_activations`: llama.cpp's reference `quantize_row_q8_0` (scale 1 / d, rounding
   half away from zero, d stored as fp16), vectorised over a block; or its `quantize_row_q8_1`,
   which adds s = d * sum(q) per block (fp16) for the weight formats with a min.
-- `int8_gemv`: the product of those activations with Q8_0, Q4_0 or Q4_1 weight planes
+- `int8_gemv`: the product of those activations with Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 planes
   (checkpoints/weight_formats.py), per block: the integer sum, times the fp16 weight scale
   times the fp16 activation scale, accumulated in eight fp32 lanes as llama.cpp's AVX2
-  `ggml_vec_dot_q8_0_q8_0` does; one horizontal sum per output. Q4_1's values are 0..15
-  (unsigned bytes, no sign move) and its min m adds m * s per block, summed apart.
+  `ggml_vec_dot_q8_0_q8_0` does; one horizontal sum per output. Q5_0 / Q5_1 add each
+  value's fifth bit (times 16); Q4_1's / Q5_1's values are unsigned (0..15 / 0..31: bytes
+  multiplied as they are, no sign move) and their min m adds m * s per block, summed apart.
 
 The instructions are called through `T.call_llvm_pure_intrin` (the LLVM 22 signatures take
 byte vectors); `sch.tensorize` crashes in this TVM build. The results differ from the float
@@ -40,9 +41,13 @@ BLOCK = 32
 
 VNNI = "vnni"
 AVX2 = "avx2"
-INT8_DOT_FORMATS = ("q8_0", "q4_0", "q4_1")
+INT8_DOT_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 """Weight formats `int8_gemv` multiplies."""
-OFFSET_FORMATS = ("q4_1",)
+_SIGNED_OFFSET = {"q4_0": 8, "q5_0": 16}
+"""What the formats without a min subtract from their unsigned 4- or 5-bit values."""
+_FIFTH_BIT_FORMATS = ("q5_0", "q5_1")
+"""Formats whose values take a fifth bit from a `qh` word per block."""
+OFFSET_FORMATS = ("q4_1", "q5_1")
 """Formats whose blocks add a min m to d * q: their products take llama.cpp's Q8_1
 activations, Q8_0 plus s = d * sum(q) per block, so that m's share of a block's product is
 one multiplication, m * s."""
@@ -148,24 +153,29 @@ def _block_sum(w: tirx.Expr, x: tirx.Expr, isa: str, signed_weights: bool) -> ti
     return T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", pairs, ones)
 
 
-def _nibble_block(words: tirx.Expr, offset: int) -> tirx.Expr:
-    """A 4-bit block's four uint32 words as int8 values q - `offset` (Q4_0: 8; Q4_1: 0),
-    in `_EVEN_THEN_ODD` order."""
+def _nibble_block(words: tirx.Expr, fifth_bits: tirx.Expr | None, offset: int) -> tirx.Expr:
+    """A 4-bit block's four uint32 words (and, for Q5_0 / Q5_1, its word of fifth bits,
+    bit v for value v) as int8 values q - `offset`, in `_EVEN_THEN_ODD` order."""
     packed = T.reinterpret("uint8x16", words)
     low = packed & T.broadcast(T.uint8(15), 16)
     high = packed >> T.broadcast(T.uint8(4), 16)
-    nibbles = T.Shuffle(
+    values = T.Shuffle(
         [T.reinterpret("int8x16", low), T.reinterpret("int8x16", high)], [*range(32)]
     )
-    return nibbles - T.broadcast(T.int8(offset), 32) if offset else nibbles
+    if fifth_bits is not None:
+        shifts = T.Shuffle([T.ramp(T.uint32(0), T.uint32(1), BLOCK)], _EVEN_THEN_ODD)
+        bits = (T.broadcast(fifth_bits, BLOCK) >> shifts) & T.broadcast(T.uint32(1), BLOCK)
+        values = values + T.Cast("int8x32", bits) * T.broadcast(T.int8(16), BLOCK)
+    return values - T.broadcast(T.int8(offset), BLOCK) if offset else values
 
 
 def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) -> tirx.PrimFunc:
     """`main(xq int8 [rows, columns], xd float16 [rows, blocks], qs, d, out float32 [rows,
     features])`: quantized activations times the weight planes `qs`, `d` of `fmt_name`.
-    OFFSET_FORMATS take `main(xq, xd, xs, qs, d, m, out)`: the activations' block sums `xs`
-    (`quantize_activations(..., with_sums=True)`) and the weights' mins `m` add m * s per
-    block, as llama.cpp's `ggml_vec_dot_q4_1_q8_1` does."""
+    Q5_0 / Q5_1 take their fifth bits `qh` after `qs`; OFFSET_FORMATS take the activations'
+    block sums `xs` after `xd` (`quantize_activations(..., with_sums=True)`) and the
+    weights' mins `m` after `d`, adding m * s per block, as llama.cpp's
+    `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q5_1_q8_1` do."""
     if fmt_name not in INT8_DOT_FORMATS:
         raise ValueError(
             f"no int8 dot product for {fmt_name!r}; supported: {', '.join(INT8_DOT_FORMATS)}"
@@ -173,15 +183,18 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
     if isa not in (VNNI, AVX2):
         raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {VNNI}, {AVX2}")
     blocks = columns // BLOCK
-    nibbles = fmt_name in ("q4_0", "q4_1")
+    nibbles = fmt_name != "q8_0"
+    fifth = fmt_name in _FIFTH_BIT_FORMATS
     offset = fmt_name in OFFSET_FORMATS
     weight_shape, weight_dtype = (
         ((features, columns // 8), "uint32") if nibbles else ((features, columns), "int8")
     )
 
-    def weight_block(qs: tirx.Buffer, j: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
+    def weight_block(qs: tirx.Buffer, qh: tirx.Buffer, j: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
         if nibbles:
-            return _nibble_block(qs[j, T.ramp(b * 4, 1, 4)], 0 if offset else 8)
+            fifth_bits = qh[j, b] if fifth else None
+            words = qs[j, T.ramp(b * 4, 1, 4)]
+            return _nibble_block(words, fifth_bits, _SIGNED_OFFSET.get(fmt_name, 0))
         return qs[j, T.ramp(b * BLOCK, 1, BLOCK)]
 
     def activation_block(xq: tirx.Buffer, i: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
@@ -194,6 +207,7 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
         xd: T.Buffer((rows, blocks), "float16"),
         xs: T.Buffer((rows, blocks), "float16"),
         qs: T.Buffer(weight_shape, weight_dtype),
+        qh: T.Buffer((features, blocks), "uint32"),
         d: T.Buffer((features, blocks), "float16"),
         m: T.Buffer((features, blocks), "float16"),
         out: T.Buffer((rows, features), "float32"),
@@ -209,7 +223,7 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
                     for b in range(blocks):
                         scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
                         sums = _block_sum(
-                            weight_block(qs, j, b), activation_block(xq, i, b), isa, not offset
+                            weight_block(qs, qh, j, b), activation_block(xq, i, b), isa, not offset
                         )
                         acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(
                             scale, 8
@@ -222,4 +236,5 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
                         acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
                     ) + mins[0]
 
-    return main if offset else _without(main, "xs", "m")
+    unused = ([] if offset else ["xs", "m"]) + ([] if fifth else ["qh"])
+    return _without(main, *unused)
