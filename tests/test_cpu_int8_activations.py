@@ -1,16 +1,19 @@
-"""`--cpu-int8-activations`: Q8_0 / Q4_0 products on int8 activations, through the compiler.
+"""`--cpu-int8-activations`: Q8_0 / Q4_x / Q5_x products on int8 activations, via the compiler.
 
 Oracles: llama.cpp's quantize-then-dot definition (written in numpy in test_cpu_int8_dot.py)
 for one product routed by the compiler's rewrite (compiler/int8_activations.py), at
 run-time and static row counts; and, for a tiny GGUF llama, transformers on the file's
 dequantized weights with the input of every linear layer rounded as llama.cpp's Q8_0 does
-(per block of 32: int8 steps of max|x| / 127, the step stored as fp16). Against the float
+(per block of 32: int8 steps of max|x| / 127, the step stored as fp16); for a Q4_1 file,
+as its Q8_1 (the same, and each block's min m_w times s = fp16(d * sum(q)) in place of m_w
+times the rounded block's sum, as `ggml_vec_dot_q4_1_q8_1` takes it). Against the float
 path (`off`, the greedy-exact one) the logits differ by that rounding: the stated bound.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -21,7 +24,7 @@ import tvm
 from gguf import GGMLQuantizationType as Q
 from gguf_fused_dequant_helpers import PROMPT, greedy, tiny_config
 from gguf_synth import convert, model_metadata, random_hf_model, write_gguf
-from test_cpu_int8_dot import _quantize_reference
+from test_cpu_int8_dot import _block_sums_reference, _quantize_reference
 from transformers import LlamaForCausalLM
 from tvm import relax
 from tvm.relax.frontend import nn
@@ -43,7 +46,8 @@ NATIVE_ISA = int8_dot_isa(resolve_target("llvm").make_target())
 needs_int8_dot = pytest.mark.skipif(NATIVE_ISA is None, reason="no AVX2 / VNNI on this CPU")
 FEATURES, COLUMNS = 40, 160
 STEPS = 8
-INT8_TYPES = [Q.Q8_0, Q.Q4_0]
+INT8_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
+WITH_MINS = (Q.Q4_1, Q.Q5_1)
 
 FLOAT_PATH_RELATIVE_RMS = 0.15
 """The bound on the int8 path's logits against the float path's, as the RMS of the
@@ -77,7 +81,8 @@ def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) 
     )
     mod = int8_activations_pass(NATIVE_ISA)(mod)
     names = {gv.name_hint for gv in mod.get_global_vars()}
-    assert names == {"forward", "quantize_activations_q8_0", f"int8_dot_{fmt.name}"}
+    activations = "q8_1" if qtype in WITH_MINS else "q8_0"
+    assert names == {"forward", f"quantize_activations_{activations}", f"int8_dot_{fmt.name}"}
     target = resolve_target("llvm").make_target()
     library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
     assembly = library.mod.imports[0].inspect_source("asm") if library.mod.imports else ""
@@ -94,31 +99,61 @@ def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) 
     arguments = [tvm.runtime.tensor(a) for a in (x, *(planes[p.name] for p in fmt.planes))]
     got = vm["forward"](*arguments).numpy()[0]
     # The definition: the activations as their int8 values times their fp16 steps, times
-    # the dequantized weights (d_w * q_w, exact in fp32), summed exactly.
+    # the dequantized weights (d_w * q_w + m_w, in fp32), summed exactly; with mins, each
+    # block's m_w multiplies s_x, not the rounded block's sum.
     xq, xd = _quantize_reference(x[0])
     rounded = xq.astype(np.float64) * np.repeat(xd.astype(np.float64), 32, axis=1)
     weights = gguf.quants.dequantize(data, qtype).reshape(FEATURES, COLUMNS).astype(np.float64)
+    expected = rounded @ weights.T
+    if qtype in WITH_MINS:
+        mins = _block_mins(data.reshape(FEATURES, -1), qtype).astype(np.float64)
+        block_sums = rounded.reshape(rows, -1, 32).sum(axis=-1)
+        expected += (_block_sums_reference(x[0]).astype(np.float64) - block_sums) @ mins.T
     bound = 1e-6 * (np.abs(rounded) @ np.abs(weights).T)
-    assert (np.abs(got - rounded @ weights.T) <= bound).all()
+    assert (np.abs(got - expected) <= bound).all()
 
 
-@pytest.fixture(scope="module")
-def q8_0_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
-    """A tiny llama GGUF with every matrix in Q8_0, and its weights as transformers names
-    them, dequantized by `gguf`."""
+def _block_mins(rows: np.ndarray, qtype: Q) -> np.ndarray:
+    """The fp16 min of each block of Q4_1 / Q5_1 rows (bytes 2-3, after d), as stored."""
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    blocks = rows.reshape(rows.shape[0], -1, block_bytes)
+    return blocks[:, :, 2:4].copy().view(np.float16)[..., 0]
+
+
+def _tiny_file(
+    factory: pytest.TempPathFactory, qtype: Q
+) -> tuple[Path, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A tiny llama GGUF with every matrix in `qtype`; its weights as transformers names
+    them, dequantized by `gguf`; and each matrix's stored block bytes."""
     config = tiny_config()
     state = random_hf_model(LlamaForCausalLM, config, 0)
-    types = {name: Q.Q8_0 for name, value in state.items() if value.ndim == 2}
+    types = {name: qtype for name, value in state.items() if value.ndim == 2}
     conversion = convert(state, "llama", config, types, 0)
-    path = tmp_path_factory.mktemp("int8") / "Q8_0.gguf"
+    path = factory.mktemp("int8") / f"{qtype.name}.gguf"
     write_gguf(path, "llama", model_metadata("llama", config), conversion.tensors)
     weights = {
-        name: gguf.quants.dequantize(conversion.stored[name], Q.Q8_0).reshape(value.shape)
+        name: gguf.quants.dequantize(conversion.stored[name], qtype).reshape(value.shape)
         if name in types
         else value
         for name, value in state.items()
     }
+    return path, weights, {name: conversion.stored[name] for name in types}
+
+
+@pytest.fixture(scope="module")
+def q8_0_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
+    """A tiny llama GGUF with every matrix in Q8_0, and its weights dequantized by `gguf`."""
+    path, weights, _ = _tiny_file(tmp_path_factory, Q.Q8_0)
     return path, weights
+
+
+@pytest.fixture(scope="module")
+def q4_1_file(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The same llama with every matrix in Q4_1: path, weights, each matrix's block mins."""
+    path, weights, stored = _tiny_file(tmp_path_factory, Q.Q4_1)
+    return path, weights, {name: _block_mins(rows, Q.Q4_1) for name, rows in stored.items()}
 
 
 def _artifact(model: Path, choice: str) -> Path:
@@ -138,15 +173,41 @@ def _round_as_q8_0(x: torch.Tensor) -> torch.Tensor:
     return (rounded * step.half().float()).reshape(x.shape)
 
 
-def _transformers_logits(weights: dict, tokens: list[int], rounded: bool) -> np.ndarray:
+def _q8_1_min_correction(x: torch.Tensor, mins: np.ndarray) -> torch.Tensor:
+    """What Q8_1's s changes in a linear layer with block mins `mins` [out, blocks]: per
+    block, m_w * (s_x - the sum of the rounded block), s_x = fp16(d * sum(q)), d unrounded."""
+    flat = x.reshape(-1, x.shape[-1]).numpy()
+    xq, xd = _quantize_reference(flat)
+    rounded = xq.reshape(len(flat), -1, 32).sum(axis=-1, dtype=np.float32) * xd.astype(np.float32)
+    delta = _block_sums_reference(flat).astype(np.float32) - rounded
+    return torch.from_numpy(delta @ mins.astype(np.float32).T).reshape(*x.shape[:-1], -1)
+
+
+def _on_rounded_input(
+    forward: Callable[[torch.Tensor], torch.Tensor], mins: np.ndarray | None
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A linear layer's `forward` on its input rounded as Q8_0 (as Q8_1 with block `mins`)."""
+
+    def rounded(x: torch.Tensor) -> torch.Tensor:
+        out = forward(_round_as_q8_0(x))
+        return out if mins is None else out + _q8_1_min_correction(x, mins)
+
+    return rounded
+
+
+def _transformers_logits(
+    weights: dict, tokens: list[int], rounded: bool, mins: dict[str, np.ndarray] | None = None
+) -> np.ndarray:
     """Logits at the last prompt position and after, from transformers on `weights` (the
-    input of every linear layer rounded as Q8_0 when `rounded`)."""
+    input of every linear layer rounded as Q8_0 when `rounded`; as Q8_1 for the layers whose
+    weights have block `mins`, by their HF name)."""
     model = LlamaForCausalLM(tiny_config())
     model.load_state_dict({name: torch.from_numpy(np.array(v)) for name, v in weights.items()})
     if rounded:
-        for module in model.modules():
+        for name, module in model.named_modules():
             if isinstance(module, torch.nn.Linear):
-                module.register_forward_pre_hook(lambda _, args: (_round_as_q8_0(args[0]),))
+                block_mins = (mins or {}).get(f"{name}.weight")
+                module.forward = _on_rounded_input(module.forward, block_mins)
     with torch.no_grad():
         logits = model(torch.tensor([tokens])).logits[0].numpy()
     return logits[len(PROMPT) - 1 :]
@@ -169,6 +230,32 @@ def test_int8_logits_equal_transformers_with_rounded_activations(
     difference = np.sqrt(((integer.logits - floats.logits) ** 2).mean(axis=1))
     assert (difference <= FLOAT_PATH_RELATIVE_RMS * np.sqrt((floats.logits**2).mean(axis=1))).all()
     # The oracle tells the paths apart: the rounding moves logits far more than its bound.
+    assert np.abs(integer.logits - plain).max() > 100 * ORACLE_ATOL
+
+
+FED_TOKENS = [11, 42, 7, 88, 23, 5, 64]
+"""Tokens fed to the decode steps of the Q4_1 file (fixed: one compile, no float arm)."""
+
+
+@needs_int8_dot
+def test_q4_1_logits_equal_transformers_with_q8_1_activations(
+    q4_1_file: tuple[Path, dict[str, np.ndarray], dict[str, np.ndarray]],
+) -> None:
+    model, weights, mins = q4_1_file
+    assert (
+        make_request(
+            CompileOptions(model, cpu_int8_activations="auto")
+        ).options.cpu_int8_activations
+        == "on"
+    )
+    integer = greedy(_artifact(model, "auto"), model, STEPS, forced=FED_TOKENS)
+    tokens = [*PROMPT, *FED_TOKENS]
+    oracle = _transformers_logits(weights, tokens, rounded=True, mins=mins)
+    np.testing.assert_allclose(integer.logits, oracle, rtol=0, atol=ORACLE_ATOL)
+    # The oracle tells Q8_1 from Q8_0: m_w times the rounded block sum, not s, misses it.
+    as_q8_0 = _transformers_logits(weights, tokens, rounded=True)
+    assert np.abs(integer.logits - as_q8_0).max() > 100 * ORACLE_ATOL  # measured 0.2
+    plain = _transformers_logits(weights, tokens, rounded=False)
     assert np.abs(integer.logits - plain).max() > 100 * ORACLE_ATOL
 
 
@@ -201,7 +288,7 @@ def test_auto_follows_the_target_and_the_manifest_records_the_instructions(
         ({"dtype": "float16"}, "dtype 'float16': the integer path takes float32 activations"),
         (
             {"weight_format": "dequantized"},
-            "no weight is kept as q8_0 or q4_0 (kept quantized: none;",
+            "no weight is kept as one of q8_0, q4_0, q4_1, q5_0, q5_1 (kept quantized: none;",
         ),
     ],
 )

@@ -117,7 +117,7 @@ def add_cpu_int8_activations_argument(parser: argparse.ArgumentParser) -> None:
         "--cpu-int8-activations",
         choices=CPU_INT8_ACTIVATION_CHOICES,
         default=option_default("cpu_int8_activations"),
-        help="CPU builds: multiply Q8_0/Q4_0 weights by activations quantized to int8 per "
+        help="CPU builds: multiply Q8_0/Q4_x/Q5_x weights by activations quantized to int8 per "
         "block of 32 with integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2), as llama.cpp "
         "does (logits differ from the float path by the activations' rounding); auto: on "
         "where the target has the instructions and the model such weights; off: float path "

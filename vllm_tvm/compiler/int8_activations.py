@@ -1,11 +1,13 @@
-"""Route a CPU build's Q8_0 / Q4_0 matmuls to int8 activations and integer dot products.
+"""Route a CPU build's Q8_0 / Q4_x / Q5_x matmuls to int8 activations and integer dot products.
 
 Why: the fused matmuls of model_defs/quant_linear.py widen each weight to fp32 in registers
 and multiply fp32 activations, one float FMA per weight. With `--cpu-int8-activations on`
-(artifacts/compile_options.py) each `call_tir` of a Q8_0 or Q4_0 `nt_matmul` becomes, as in
-llama.cpp, a quantization of its activations per block of 32 (Q8_0: fp16 scale, int8
-values) and the integer dot product of those with the weight's blocks, one instruction for
-32 byte products (schedules/cpu_int8_dot.py; VNNI or AVX2, from the target's features). The
+(artifacts/compile_options.py) each `call_tir` of a Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1
+`nt_matmul` becomes, as in llama.cpp, a quantization of its activations per block of 32
+(Q8_0: fp16 scale, int8 values; for Q4_1 / Q5_1, whose blocks have a min, Q8_1: also
+s = d * sum(q)) and the integer dot product of those with the weight's blocks, one
+instruction for 32 byte products (schedules/cpu_int8_dot.py; VNNI or AVX2, from the
+target's features). The
 numerics change as llama.cpp's do: each activation is rounded to its block's int8 step, so
 logits differ from the float path's (tests/test_cpu_int8_activations.py states the bound);
 products over other weight formats, and every float matmul, stay on the float path.
@@ -31,6 +33,7 @@ from vllm_tvm.compiler.targets import TargetSpec
 from vllm_tvm.schedules.cpu_int8_dot import (
     BLOCK,
     INT8_DOT_FORMATS,
+    OFFSET_FORMATS,
     int8_dot_isa,
     int8_gemv,
     quantize_activations,
@@ -48,8 +51,9 @@ def resolve_int8_activations(
     choice: str, spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]
 ) -> str:
     """`on` or `off` for the `--cpu-int8-activations` `choice`: `auto` is `on` where it
-    applies (a CPU target with integer dot products, dtype float32, some Q8_0 / Q4_0 weights
-    kept quantized); `on` where it does not is refused, saying which condition fails."""
+    applies (a CPU target with integer dot products, dtype float32, some weights kept
+    quantized in INT8_DOT_FORMATS); `on` where it does not is refused, saying which
+    condition fails."""
     if choice == INT8_OFF:
         return INT8_OFF
     reason = _why_not(spec, dtype, weight_formats)
@@ -68,8 +72,8 @@ def _why_not(spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]) ->
     if not set(weight_formats.values()) & set(INT8_DOT_FORMATS):
         kept = ", ".join(sorted(set(weight_formats.values()))) or "none"
         return (
-            f"no weight is kept as {' or '.join(INT8_DOT_FORMATS)} (kept quantized: {kept}; "
-            "the integer kernels multiply those formats only)"
+            f"no weight is kept as one of {', '.join(INT8_DOT_FORMATS)} (kept quantized: "
+            f"{kept}; the integer kernels multiply those formats only)"
         )
     return None
 
@@ -81,7 +85,8 @@ def int8_activation_isa(choice: str, spec: TargetSpec) -> str | None:
 
 @mutator
 class _Int8Rewriter(PyExprMutator):
-    """Rewrites each float32 `call_tir` of a Q8_0 / Q4_0 product; counts them in `rewritten`."""
+    """Rewrites each float32 `call_tir` of an INT8_DOT_FORMATS product; counts them in
+    `rewritten`."""
 
     def __init__(self, mod: tvm.IRModule, isa: str) -> None:
         super().__init__(mod)
@@ -104,16 +109,17 @@ class _Int8Rewriter(PyExprMutator):
         matched = isinstance(callee, tvm.ir.GlobalVar) and _QUANT_MATMUL.fullmatch(callee.name_hint)
         if not matched:
             return call
-        x, qs, d = call.args[1].fields
+        x, *planes = call.args[1].fields
         if x.ty.dtype != ACTIVATION_DTYPE or call.ty.dtype != ACTIVATION_DTYPE:
             return call
         self.rewritten += 1
-        return self._integer_product(matched.group(1), x, qs, d, call.ty)
+        return self._integer_product(matched.group(1), x, planes, call.ty)
 
     def _integer_product(
-        self, fmt: str, x: relax.Expr, qs: relax.Expr, d: relax.Expr, out: relax.TensorType
+        self, fmt: str, x: relax.Expr, planes: list[relax.Expr], out: relax.TensorType
     ) -> relax.Expr:
-        """x's rows quantized per block, times the planes `qs`, `d` of `fmt`, in x's shape."""
+        """x's rows quantized per block (with block sums for OFFSET_FORMATS), times the
+        weight `planes` of `fmt` (in the format's plane order), in x's shape."""
         *leading, columns = x.ty.shape.values
         columns, features = int(columns), int(out.shape.values[-1])
         rows = leading[0]
@@ -122,10 +128,11 @@ class _Int8Rewriter(PyExprMutator):
         rows = self._analyzer.simplify(rows)
         static = int(rows) if isinstance(rows, tirx.IntImm) else None
         kernel_rows = static if static is not None else tirx.Var("rows", "int64")
+        with_sums = fmt in OFFSET_FORMATS
         quantize = self._kernel(
-            ("quantize", static, columns),
-            "quantize_activations_q8_0",
-            lambda: quantize_activations(kernel_rows, columns),
+            ("quantize", with_sums, static, columns),
+            "quantize_activations_q8_1" if with_sums else "quantize_activations_q8_0",
+            lambda: quantize_activations(kernel_rows, columns, with_sums),
         )
         product = self._kernel(
             (fmt, static, features, columns),
@@ -133,21 +140,15 @@ class _Int8Rewriter(PyExprMutator):
             lambda: int8_gemv(fmt, kernel_rows, features, columns, self.isa),
         )
         flat = self.builder_.emit(relax.op.reshape(x, relax.ShapeExpr([rows, columns])))
-        quantized = self.builder_.emit(
-            relax.call_tir(
-                quantize,
-                [flat],
-                [
-                    relax.TensorType([rows, columns], "int8"),
-                    relax.TensorType([rows, columns // BLOCK], "float16"),
-                ],
-            )
-        )
-        values, scales = (relax.TupleGetItem(quantized, i) for i in range(2))
+        per_block = relax.TensorType([rows, columns // BLOCK], "float16")
+        outputs = [relax.TensorType([rows, columns], "int8"), per_block]
+        outputs += [per_block] if with_sums else []
+        quantized = self.builder_.emit(relax.call_tir(quantize, [flat], outputs))
+        activations = [relax.TupleGetItem(quantized, i) for i in range(len(outputs))]
         result = self.builder_.emit(
             relax.call_tir(
                 product,
-                [values, scales, qs, d],
+                [*activations, *planes],
                 relax.TensorType([rows, features], ACTIVATION_DTYPE),
             )
         )
@@ -155,7 +156,7 @@ class _Int8Rewriter(PyExprMutator):
 
 
 def int8_activations_pass(isa: str) -> tvm.transform.Pass:
-    """The module pass that routes Q8_0 / Q4_0 products to `isa`'s integer kernels (the
+    """The module pass that routes INT8_DOT_FORMATS products to `isa`'s integer kernels (the
     float kernels no call uses any more are dropped)."""
 
     def rewrite(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:

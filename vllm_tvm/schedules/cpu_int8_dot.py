@@ -13,11 +13,14 @@ sum once. This module holds the pieces of that path:
   signed bytes, so a block is multiplied as |w| times x with w's sign moved onto x
   (`vpsignb`), llama.cpp's `mul_sum_i8_pairs`. None: the target keeps the float path.
 - `quantize_activations`: llama.cpp's reference `quantize_row_q8_0` (scale 1 / d, rounding
-  half away from zero, d stored as fp16), vectorised over a block.
-- `int8_gemv`: the product of those activations with Q8_0 or Q4_0 weight planes
+  half away from zero, d stored as fp16), vectorised over a block; or its `quantize_row_q8_1`,
+  which adds s = d * sum(q) per block (fp16) for the weight formats with a min.
+- `int8_gemv`: the product of those activations with Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 planes
   (checkpoints/weight_formats.py), per block: the integer sum, times the fp16 weight scale
   times the fp16 activation scale, accumulated in eight fp32 lanes as llama.cpp's AVX2
-  `ggml_vec_dot_q8_0_q8_0` does; one horizontal sum per output.
+  `ggml_vec_dot_q8_0_q8_0` does; one horizontal sum per output. Q5_0 / Q5_1 add each
+  value's fifth bit (times 16); Q4_1's / Q5_1's values are unsigned (0..15 / 0..31: bytes
+  multiplied as they are, no sign move) and their min m adds m * s per block, summed apart.
 
 The instructions are called through `T.call_llvm_pure_intrin` (the LLVM 22 signatures take
 byte vectors); `sch.tensorize` crashes in this TVM build. The results differ from the float
@@ -38,8 +41,16 @@ BLOCK = 32
 
 VNNI = "vnni"
 AVX2 = "avx2"
-INT8_DOT_FORMATS = ("q8_0", "q4_0")
+INT8_DOT_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 """Weight formats `int8_gemv` multiplies."""
+_SIGNED_OFFSET = {"q4_0": 8, "q5_0": 16}
+"""What the formats without a min subtract from their unsigned 4- or 5-bit values."""
+_FIFTH_BIT_FORMATS = ("q5_0", "q5_1")
+"""Formats whose values take a fifth bit from a `qh` word per block."""
+OFFSET_FORMATS = ("q4_1", "q5_1")
+"""Formats whose blocks add a min m to d * q: their products take llama.cpp's Q8_1
+activations, Q8_0 plus s = d * sum(q) per block, so that m's share of a block's product is
+one multiplication, m * s."""
 
 _EVEN_THEN_ODD = [*range(0, BLOCK, 2), *range(1, BLOCK, 2)]
 """Order of a Q4_0 block's values as its 16 bytes give them: low nibbles (the even values,
@@ -63,10 +74,11 @@ Rows = int | tirx.Var
 """Token rows of a product: a number, or the model's run-time row count (a TIR variable)."""
 
 
-def quantize_activations(rows: Rows, columns: int) -> tirx.PrimFunc:
+def quantize_activations(rows: Rows, columns: int, with_sums: bool = False) -> tirx.PrimFunc:
     """`main(x float32 [rows, columns], q int8 [rows, columns], d float16 [rows, blocks])`:
     llama.cpp's reference Q8_0 quantization of each block of BLOCK values, a row to each
-    parallel task (one row, the decode step's: no parallel launch)."""
+    parallel task (one row, the decode step's: no parallel launch). `with_sums`: its Q8_1,
+    with a last output `s float16 [rows, blocks]`, fp16(sum(q) * d) with d unrounded."""
     blocks = columns // BLOCK
     row_loop = T.serial if _is_one(rows) else T.parallel
 
@@ -75,6 +87,7 @@ def quantize_activations(rows: Rows, columns: int) -> tirx.PrimFunc:
         x: T.Buffer((rows, columns), "float32"),
         q: T.Buffer((rows, columns), "int8"),
         d: T.Buffer((rows, blocks), "float16"),
+        s: T.Buffer((rows, blocks), "float16"),
     ) -> None:
         T.func_attr({"global_symbol": "main", "tirx.noalias": True, "tirx.is_scheduled": True})
         with T.sblock("root"):  # block-rooted, as Relax's analyses of call_tir kernels expect
@@ -89,8 +102,20 @@ def quantize_activations(rows: Rows, columns: int) -> tirx.PrimFunc:
                     scaled = x[i, T.ramp(b * BLOCK, 1, BLOCK)] * T.broadcast(inverse, BLOCK)
                     q[i, T.ramp(b * BLOCK, 1, BLOCK)] = T.Cast("int8x32", _round_half_away(scaled))
                     d[i, b] = T.Cast("float16", scale)
+                    if with_sums:
+                        total = T.alloc_buffer((1,), "int32")
+                        total[0] = 0
+                        for lane in range(BLOCK):
+                            total[0] = total[0] + T.Cast("int32", q[i, b * BLOCK + lane])
+                        s[i, b] = T.Cast("float16", T.Cast("float32", total[0]) * scale)
 
-    return main
+    return main if with_sums else _without(main, "s")
+
+
+def _without(func: tirx.PrimFunc, *names: str) -> tirx.PrimFunc:
+    """`func` without the parameters `names` (buffers its body, as built, does not use)."""
+    kept = [param for param in func.params if param.name not in names]
+    return tirx.PrimFunc(kept, func.body, func.ret_type, func.attrs)
 
 
 def _is_one(rows: Rows) -> bool:
@@ -111,10 +136,13 @@ def _round_half_away(value: tirx.Expr) -> tirx.Expr:
     return whole + up + down
 
 
-def _block_sum(w: tirx.Expr, x: tirx.Expr, isa: str) -> tirx.Expr:
-    """Sum of w * x over 32 int8 pairs, as eight int32 partial sums."""
-    magnitude = T.call_llvm_pure_intrin("int8x32", "llvm.x86.avx2.psign.b", w, w)
-    signed = T.call_llvm_pure_intrin("int8x32", "llvm.x86.avx2.psign.b", x, w)
+def _block_sum(w: tirx.Expr, x: tirx.Expr, isa: str, signed_weights: bool) -> tirx.Expr:
+    """Sum of w * x over 32 int8 pairs, as eight int32 partial sums. Weights not
+    `signed_weights` (0..15) are multiplied as the unsigned bytes they are, as they stand."""
+    magnitude, signed = w, x
+    if signed_weights:
+        magnitude = T.call_llvm_pure_intrin("int8x32", "llvm.x86.avx2.psign.b", w, w)
+        signed = T.call_llvm_pure_intrin("int8x32", "llvm.x86.avx2.psign.b", x, w)
     if isa == VNNI:
         zeros = T.broadcast(T.int32(0), 8)
         return T.call_llvm_pure_intrin(
@@ -125,20 +153,29 @@ def _block_sum(w: tirx.Expr, x: tirx.Expr, isa: str) -> tirx.Expr:
     return T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", pairs, ones)
 
 
-def _q4_0_block(words: tirx.Expr) -> tirx.Expr:
-    """A Q4_0 block's four uint32 words as int8 values q - 8, in `_EVEN_THEN_ODD` order."""
+def _nibble_block(words: tirx.Expr, fifth_bits: tirx.Expr | None, offset: int) -> tirx.Expr:
+    """A 4-bit block's four uint32 words (and, for Q5_0 / Q5_1, its word of fifth bits,
+    bit v for value v) as int8 values q - `offset`, in `_EVEN_THEN_ODD` order."""
     packed = T.reinterpret("uint8x16", words)
     low = packed & T.broadcast(T.uint8(15), 16)
     high = packed >> T.broadcast(T.uint8(4), 16)
-    nibbles = T.Shuffle(
+    values = T.Shuffle(
         [T.reinterpret("int8x16", low), T.reinterpret("int8x16", high)], [*range(32)]
     )
-    return nibbles - T.broadcast(T.int8(8), 32)
+    if fifth_bits is not None:
+        shifts = T.Shuffle([T.ramp(T.uint32(0), T.uint32(1), BLOCK)], _EVEN_THEN_ODD)
+        bits = (T.broadcast(fifth_bits, BLOCK) >> shifts) & T.broadcast(T.uint32(1), BLOCK)
+        values = values + T.Cast("int8x32", bits) * T.broadcast(T.int8(16), BLOCK)
+    return values - T.broadcast(T.int8(offset), BLOCK) if offset else values
 
 
 def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) -> tirx.PrimFunc:
     """`main(xq int8 [rows, columns], xd float16 [rows, blocks], qs, d, out float32 [rows,
-    features])`: quantized activations times the weight planes `qs`, `d` of `fmt_name`."""
+    features])`: quantized activations times the weight planes `qs`, `d` of `fmt_name`.
+    Q5_0 / Q5_1 take their fifth bits `qh` after `qs`; OFFSET_FORMATS take the activations'
+    block sums `xs` after `xd` (`quantize_activations(..., with_sums=True)`) and the
+    weights' mins `m` after `d`, adding m * s per block, as llama.cpp's
+    `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q5_1_q8_1` do."""
     if fmt_name not in INT8_DOT_FORMATS:
         raise ValueError(
             f"no int8 dot product for {fmt_name!r}; supported: {', '.join(INT8_DOT_FORMATS)}"
@@ -146,31 +183,33 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
     if isa not in (VNNI, AVX2):
         raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {VNNI}, {AVX2}")
     blocks = columns // BLOCK
-    q4 = fmt_name == "q4_0"
+    nibbles = fmt_name != "q8_0"
+    fifth = fmt_name in _FIFTH_BIT_FORMATS
+    offset = fmt_name in OFFSET_FORMATS
     weight_shape, weight_dtype = (
-        ((features, columns // 8), "uint32")
-        if q4
-        else (
-            (features, columns),
-            "int8",
-        )
+        ((features, columns // 8), "uint32") if nibbles else ((features, columns), "int8")
     )
 
-    def weight_block(qs: tirx.Buffer, j: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
-        if q4:
-            return _q4_0_block(qs[j, T.ramp(b * 4, 1, 4)])
+    def weight_block(qs: tirx.Buffer, qh: tirx.Buffer, j: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
+        if nibbles:
+            fifth_bits = qh[j, b] if fifth else None
+            words = qs[j, T.ramp(b * 4, 1, 4)]
+            return _nibble_block(words, fifth_bits, _SIGNED_OFFSET.get(fmt_name, 0))
         return qs[j, T.ramp(b * BLOCK, 1, BLOCK)]
 
     def activation_block(xq: tirx.Buffer, i: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
         block = xq[i, T.ramp(b * BLOCK, 1, BLOCK)]
-        return T.Shuffle([block], _EVEN_THEN_ODD) if q4 else block
+        return T.Shuffle([block], _EVEN_THEN_ODD) if nibbles else block
 
     @T.prim_func(s_tir=True)
     def main(
         xq: T.Buffer((rows, columns), "int8"),
         xd: T.Buffer((rows, blocks), "float16"),
+        xs: T.Buffer((rows, blocks), "float16"),
         qs: T.Buffer(weight_shape, weight_dtype),
+        qh: T.Buffer((features, blocks), "uint32"),
         d: T.Buffer((features, blocks), "float16"),
+        m: T.Buffer((features, blocks), "float16"),
         out: T.Buffer((rows, features), "float32"),
     ) -> None:
         T.func_attr({"global_symbol": "main", "tirx.noalias": True, "tirx.is_scheduled": True})
@@ -179,14 +218,23 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
                 for i in range(rows):
                     acc = T.alloc_buffer((8,), "float32")
                     acc[T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                    mins = T.alloc_buffer((1,), "float32")
+                    mins[0] = T.float32(0)
                     for b in range(blocks):
                         scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
-                        sums = _block_sum(weight_block(qs, j, b), activation_block(xq, i, b), isa)
+                        sums = _block_sum(
+                            weight_block(qs, qh, j, b), activation_block(xq, i, b), isa, not offset
+                        )
                         acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(
                             scale, 8
                         ) * T.Cast("float32x8", sums)
+                        if offset:
+                            mins[0] = mins[0] + T.Cast("float32", m[j, b]) * T.Cast(
+                                "float32", xs[i, b]
+                            )
                     out[i, j] = (
                         acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
-                    )
+                    ) + mins[0]
 
-    return main
+    unused = ([] if offset else ["xs", "m"]) + ([] if fifth else ["qh"])
+    return _without(main, *unused)
