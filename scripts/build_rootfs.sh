@@ -31,7 +31,9 @@ trap 'rm -rf "$WORK"' EXIT
 WHEEL="${3:-}"
 if [[ -z "$WHEEL" ]]; then
   git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$WORK" --one-top-level=src
-  (cd "$WORK/src" && "$PYTHON" -c 'import setuptools.build_meta as b; b.build_wheel("../dist")' >/dev/null)
+  # pip builds in an isolated environment with the pyproject's own build requirements (the
+  # SPDX license string needs setuptools >= 77, newer than many systems' own).
+  "$PYTHON" -m pip wheel --quiet --no-deps -w "$WORK/dist" "$WORK/src" >/dev/null
   WHEEL="$(ls "$WORK"/dist/vllm_tvm-*.whl)"
 fi
 # Every wheel the venv needs, resolved for this Python, then the default model alone.
