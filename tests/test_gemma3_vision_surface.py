@@ -77,6 +77,7 @@ def server(tiny_gemma3_vlm):
         enable_log_requests=False,
         limit_mm_per_prompt={"image": 2},
         image_fetch_timeout=2.0,
+        allowed_media_domains=["127.0.0.1"],
     )
     live = LiveServer(ServingContext(engine, config))
     yield live
@@ -166,6 +167,30 @@ def test_an_http_image_through_serve_answers_as_its_bytes_inline(
     assert message.startswith("messages[0].content[0]: ") and "HTTP 404" in message
 
 
+def test_an_image_url_off_the_allowed_media_domains_is_a_400_naming_its_host(
+    server, image_site
+) -> None:
+    """The same loopback site by another name: refused before it is fetched."""
+    base, _ = image_site
+    other_name = base.replace("127.0.0.1", "localhost")
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    messages[0]["content"].append(
+        {"type": "image_url", "image_url": {"url": f"{other_name}/cat.png"}}
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=1)
+    body = caught.value.body
+    assert body["message"] == (
+        "messages[0].content[1]: the image URL's host 'localhost' is not in "
+        "--allowed-media-domains (127.0.0.1)"
+    )
+    assert (body["type"], body["code"], body["param"]) == (
+        "BadRequestError",
+        400,
+        "messages[0].content[1]",
+    )
+
+
 def test_more_images_than_limit_mm_per_prompt_is_a_400_naming_the_limit(server) -> None:
     url = _data_url(_png(8, 8, 5))
     with pytest.raises(openai.BadRequestError) as caught:
@@ -221,15 +246,21 @@ def test_an_oversized_image_is_a_400_naming_its_part(server) -> None:
     "part",
     [
         {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+        {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,AAAA"}},
         {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}},
     ],
 )
-def test_audio_and_video_parts_stay_refused_by_name(server, part: dict) -> None:
+def test_audio_and_video_parts_stay_refused_by_name(llm: LLM, server, part: dict) -> None:
+    """An OpenAI-shaped 400 through serve, a ValueError from `LLM.chat`: both name the part."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]
     with pytest.raises(openai.BadRequestError) as caught:
-        server.client().chat.completions.create(
-            model=MODEL_NAME, messages=[{"role": "user", "content": [part]}], max_tokens=1
-        )
-    assert f"unsupported content part {part['type']!r}" in caught.value.body["message"]
+        server.client().chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=1)
+    body = caught.value.body
+    assert caught.value.status_code == 400
+    assert (body["type"], body["code"]) == ("BadRequestError", 400)
+    assert f"messages[0]: unsupported content part {part['type']!r}" in body["message"]
+    with pytest.raises(ValueError, match=f"unsupported content part {part['type']!r}"):
+        llm.chat(messages, SamplingParams(max_tokens=1))
 
 
 def test_generate_with_image_files_equals_llm_chat(
