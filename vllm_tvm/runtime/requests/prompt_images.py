@@ -27,7 +27,9 @@ class MediaPlaceholder(NamedTuple):
     length: int
     """How many placeholder tokens the item has."""
     digest: str
-    """A content hash of the item (hex)."""
+    """A content hash of the item (hex). It must cover everything the item's placeholder
+    tokens' keys and values depend on besides the tokens before them: the pixel values and,
+    where the size varies, their shape or patch grid (two grids can hold equal bytes)."""
 
 
 @dataclass(eq=False)
