@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
-import torch
+from gemma3_vision_helpers import gemma3_oracle, oracle_tokens
 from PIL import Image
 from server_helpers import LiveServer
 
@@ -32,6 +32,7 @@ from vllm_tvm.entrypoints.resolve import resolve_artifact
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.server.config import ServerConfig
 from vllm_tvm.server.serving import ServingContext
@@ -86,7 +87,6 @@ def server(tiny_gemma3_vlm):
 
 
 def test_llm_chat_with_an_image_equals_transformers(llm: LLM, tiny_gemma3_vlm) -> None:
-    import transformers
     from tokenizers import Tokenizer
 
     png = _png(48, 64, 1)
@@ -101,24 +101,10 @@ def test_llm_chat_with_an_image_equals_transformers(llm: LLM, tiny_gemma3_vlm) -
     )  # transformers' Gemma3Processor.full_image_sequence
     ids = Tokenizer.from_file(str(checkpoint / "tokenizer.json")).encode(expanded).ids
     assert list(ours.prompt_token_ids) == ids
-    oracle = transformers.Gemma3ForConditionalGeneration.from_pretrained(
-        checkpoint, dtype=torch.float32
-    ).eval()
-    oracle.generation_config.eos_token_id = None
-    oracle.generation_config.pad_token_id = 0
-    processor = transformers.Gemma3ImageProcessor.from_pretrained(checkpoint)
-    pixel_values = processor([Image.open(io.BytesIO(png))], return_tensors="pt")["pixel_values"]
-    tokens = torch.tensor([ids])
-    with torch.no_grad():
-        expected = oracle.generate(
-            input_ids=tokens,
-            pixel_values=pixel_values,
-            token_type_ids=(tokens == tiny_gemma3_vlm.image_token_id).long(),
-            attention_mask=torch.ones_like(tokens),
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-        )[0, len(ids) :]
-    assert list(ours.outputs[0].token_ids) == expected.tolist()
+    image = DecodedImage(pixels=np.asarray(Image.open(io.BytesIO(png))), part_index=0)
+    oracle = gemma3_oracle(tiny_gemma3_vlm)
+    expected = oracle_tokens(oracle, tiny_gemma3_vlm, ids, [image], NEW_TOKENS)
+    assert list(ours.outputs[0].token_ids) == expected
 
 
 def test_openai_client_sends_images_through_serve(llm: LLM, server) -> None:
