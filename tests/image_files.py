@@ -1,6 +1,7 @@
 """Real image files for the image tests, made with Pillow in memory: every format and mode a
-client may send (PNG, JPEG, WebP, GIF; RGB, RGBA, grayscale, palette with and without a
-transparent colour), an EXIF-rotated JPEG, and a data: URL around any of them."""
+client may send (PNG, JPEG, WebP, GIF; RGB, RGBA, grayscale with and without alpha, palette
+with and without a transparent colour, CMYK JPEG, WebP with alpha), EXIF-rotated JPEGs,
+and a data: URL around any of them."""
 
 from __future__ import annotations
 
@@ -53,12 +54,31 @@ def palette_png(height: int, width: int, transparent_index: int | None = None) -
     return encode(palette, "PNG", **options)
 
 
-def exif_rotated_jpeg(height: int, width: int) -> bytes:
-    """Stored as height x width; upright it is width x height."""
+def exif_rotated_jpeg(height: int, width: int, orientation: int = ROTATED_90_CLOCKWISE) -> bytes:
+    """Stored as height x width with EXIF `orientation` (the default: upright it is width x
+    height)."""
     image = Image.fromarray(noise_rgb(height, width))
     exif = Image.Exif()
-    exif[EXIF_ORIENTATION_TAG] = ROTATED_90_CLOCKWISE
+    exif[EXIF_ORIENTATION_TAG] = orientation
     return encode(image, "JPEG", exif=exif.tobytes(), quality=95)
+
+
+def grayscale_alpha_png(height: int, width: int) -> bytes:
+    """Mode LA: grey with an alpha ramp."""
+    grey = noise_rgb(height, width)[..., :1]
+    alpha = np.linspace(0, 255, height * width).reshape(height, width, 1).astype(np.uint8)
+    return encode(Image.fromarray(np.concatenate([grey, alpha], -1), "LA"), "PNG")
+
+
+def rgba_webp(height: int, width: int) -> bytes:
+    """A lossless WebP with an alpha channel."""
+    rgba = Image.open(io.BytesIO(rgba_png(height, width)))
+    return encode(rgba, "WEBP", lossless=True)
+
+
+def cmyk_jpeg(height: int, width: int) -> bytes:
+    """A CMYK JPEG (as print workflows save them)."""
+    return encode(Image.fromarray(noise_rgb(height, width)).convert("CMYK"), "JPEG", quality=95)
 
 
 def data_url(data: bytes, media_type: str = "image/png") -> str:

@@ -49,5 +49,6 @@ def test_runtime_spec_records_the_encoder_and_image_tokens(checkpoint, llm: LLM)
     assert vision.tokens_per_image == GEMMA3_IMAGE_TOKENS
     assert vision.image_token_id == checkpoint.image_token_id
     assert vision.bidirectional_image_attention
-    # Every image's soft tokens share one id: blocks holding them must not be shared.
+    # Its sliding layers switch prefix caching off (images alone do not:
+    # test_gemma3_vision_prefix_cache.py).
     assert not llm.runner.spec.prefix_caching

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
-import torch
+from gemma3_vision_helpers import gemma3_oracle, oracle_tokens
 from PIL import Image
 from server_helpers import LiveServer
 
@@ -32,6 +32,7 @@ from vllm_tvm.entrypoints.resolve import resolve_artifact
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.engine.async_engine import AsyncEngine
 from vllm_tvm.runtime.engine.llm_engine import LLMEngine
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.server.config import ServerConfig
 from vllm_tvm.server.serving import ServingContext
@@ -77,6 +78,7 @@ def server(tiny_gemma3_vlm):
         enable_log_requests=False,
         limit_mm_per_prompt={"image": 2},
         image_fetch_timeout=2.0,
+        allowed_media_domains=["127.0.0.1"],
     )
     live = LiveServer(ServingContext(engine, config))
     yield live
@@ -85,7 +87,6 @@ def server(tiny_gemma3_vlm):
 
 
 def test_llm_chat_with_an_image_equals_transformers(llm: LLM, tiny_gemma3_vlm) -> None:
-    import transformers
     from tokenizers import Tokenizer
 
     png = _png(48, 64, 1)
@@ -100,24 +101,10 @@ def test_llm_chat_with_an_image_equals_transformers(llm: LLM, tiny_gemma3_vlm) -
     )  # transformers' Gemma3Processor.full_image_sequence
     ids = Tokenizer.from_file(str(checkpoint / "tokenizer.json")).encode(expanded).ids
     assert list(ours.prompt_token_ids) == ids
-    oracle = transformers.Gemma3ForConditionalGeneration.from_pretrained(
-        checkpoint, dtype=torch.float32
-    ).eval()
-    oracle.generation_config.eos_token_id = None
-    oracle.generation_config.pad_token_id = 0
-    processor = transformers.Gemma3ImageProcessor.from_pretrained(checkpoint)
-    pixel_values = processor([Image.open(io.BytesIO(png))], return_tensors="pt")["pixel_values"]
-    tokens = torch.tensor([ids])
-    with torch.no_grad():
-        expected = oracle.generate(
-            input_ids=tokens,
-            pixel_values=pixel_values,
-            token_type_ids=(tokens == tiny_gemma3_vlm.image_token_id).long(),
-            attention_mask=torch.ones_like(tokens),
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-        )[0, len(ids) :]
-    assert list(ours.outputs[0].token_ids) == expected.tolist()
+    image = DecodedImage(pixels=np.asarray(Image.open(io.BytesIO(png))), part_index=0)
+    oracle = gemma3_oracle(tiny_gemma3_vlm)
+    expected = oracle_tokens(oracle, tiny_gemma3_vlm, ids, [image], NEW_TOKENS)
+    assert list(ours.outputs[0].token_ids) == expected
 
 
 def test_openai_client_sends_images_through_serve(llm: LLM, server) -> None:
@@ -164,6 +151,30 @@ def test_an_http_image_through_serve_answers_as_its_bytes_inline(
         )
     message = caught.value.body["message"]
     assert message.startswith("messages[0].content[0]: ") and "HTTP 404" in message
+
+
+def test_an_image_url_off_the_allowed_media_domains_is_a_400_naming_its_host(
+    server, image_site
+) -> None:
+    """The same loopback site by another name: refused before it is fetched."""
+    base, _ = image_site
+    other_name = base.replace("127.0.0.1", "localhost")
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    messages[0]["content"].append(
+        {"type": "image_url", "image_url": {"url": f"{other_name}/cat.png"}}
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=1)
+    body = caught.value.body
+    assert body["message"] == (
+        "messages[0].content[1]: the image URL's host 'localhost' is not in "
+        "--allowed-media-domains (127.0.0.1)"
+    )
+    assert (body["type"], body["code"], body["param"]) == (
+        "BadRequestError",
+        400,
+        "messages[0].content[1]",
+    )
 
 
 def test_more_images_than_limit_mm_per_prompt_is_a_400_naming_the_limit(server) -> None:
@@ -221,15 +232,21 @@ def test_an_oversized_image_is_a_400_naming_its_part(server) -> None:
     "part",
     [
         {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+        {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,AAAA"}},
         {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}},
     ],
 )
-def test_audio_and_video_parts_stay_refused_by_name(server, part: dict) -> None:
+def test_audio_and_video_parts_stay_refused_by_name(llm: LLM, server, part: dict) -> None:
+    """An OpenAI-shaped 400 through serve, a ValueError from `LLM.chat`: both name the part."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]
     with pytest.raises(openai.BadRequestError) as caught:
-        server.client().chat.completions.create(
-            model=MODEL_NAME, messages=[{"role": "user", "content": [part]}], max_tokens=1
-        )
-    assert f"unsupported content part {part['type']!r}" in caught.value.body["message"]
+        server.client().chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=1)
+    body = caught.value.body
+    assert caught.value.status_code == 400
+    assert (body["type"], body["code"]) == ("BadRequestError", 400)
+    assert f"messages[0]: unsupported content part {part['type']!r}" in body["message"]
+    with pytest.raises(ValueError, match=f"unsupported content part {part['type']!r}"):
+        llm.chat(messages, SamplingParams(max_tokens=1))
 
 
 def test_generate_with_image_files_equals_llm_chat(

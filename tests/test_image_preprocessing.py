@@ -14,13 +14,16 @@ import io
 import numpy as np
 import pytest
 from image_files import (
+    cmyk_jpeg,
     encode,
     exif_rotated_jpeg,
+    grayscale_alpha_png,
     grayscale_png,
     noise_rgb,
     palette_png,
     rgb_file,
     rgba_png,
+    rgba_webp,
 )
 from PIL import Image, ImageOps
 from transformers.image_utils import load_image
@@ -101,6 +104,12 @@ FILES = {
     "palette": lambda: palette_png(25, 35),
     "palette_transparent": lambda: palette_png(25, 35, transparent_index=3),
     "exif_rotated_jpeg": lambda: exif_rotated_jpeg(24, 60),
+    "exif_upside_down_jpeg": lambda: exif_rotated_jpeg(24, 60, orientation=3),
+    "exif_rotated_counterclockwise_jpeg": lambda: exif_rotated_jpeg(24, 60, orientation=8),
+    "exif_mirrored_jpeg": lambda: exif_rotated_jpeg(24, 60, orientation=2),
+    "grayscale_alpha": lambda: grayscale_alpha_png(31, 27),
+    "rgba_webp": lambda: rgba_webp(26, 38),
+    "cmyk_jpeg": lambda: cmyk_jpeg(40, 36),
     "one_pixel": lambda: rgb_file(1, 1),
     "two_by_two": lambda: rgb_file(2, 2),
     "three_by_five": lambda: rgb_file(3, 5),
@@ -159,11 +168,22 @@ def test_several_images_of_different_sizes_keep_their_order(processor: str) -> N
     assert_same_as_hf(processor, [rgb_file(40, 90, seed=1), rgba_png(64, 32), rgb_file(3, 5)])
 
 
-def test_a_huge_photo_is_shrunk_to_max_pixels_as_transformers_does() -> None:
+def _huge_photo() -> bytes:
+    """A 3000x4000 JPEG (12 megapixels, as a phone takes them)."""
     tile = noise_rgb(300, 400)
-    huge = encode(Image.fromarray(np.tile(tile, (10, 10, 1))), "JPEG")
-    _, grid_h, grid_w = assert_same_as_hf("qwen2_vl_size", [huge]).image_grid_thw[0]
+    return encode(Image.fromarray(np.tile(tile, (10, 10, 1))), "JPEG")
+
+
+def test_a_huge_photo_is_shrunk_to_max_pixels_as_transformers_does() -> None:
+    _, grid_h, grid_w = assert_same_as_hf("qwen2_vl_size", [_huge_photo()]).image_grid_thw[0]
     assert grid_h * grid_w * 14 * 14 <= QWEN2_VL_SIZE_CONFIG["size"]["longest_edge"]
+
+
+@pytest.mark.parametrize("processor", ["gemma3", "gemma3_oblong"])
+def test_a_huge_photo_is_resized_to_gemma3s_square_as_transformers_does(processor: str) -> None:
+    """A 12-megapixel photo to 896x896 and to 48x80: the bilinear filter's support widens
+    with the scale, so a large reduction is its own case."""
+    assert_same_as_hf(processor, [_huge_photo()])
 
 
 def test_the_exif_orientation_is_applied_before_processing() -> None:

@@ -4,7 +4,8 @@ every hostile source (refused connection, a non-2xx answer, a body that is no im
 declared or undeclared body past the byte cap, a server that stalls or drips bytes past the
 deadline, a redirect loop) is an ImageInputError naming the part. Local files are read
 only from under the allowed directory: no directory, a `..` traversal and a symlink out of
-it are refused.
+it are refused. `--allowed-media-domains` refuses any other host before a request is sent,
+and a redirect to one. `LLM` reads VLLM_IMAGE_FETCH_TIMEOUT as the server does.
 The per-prompt limit parses vLLM's JSON form and refuses bad values by name."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -30,7 +32,12 @@ from vllm_tvm.runtime.multimodal.media_limits import (
     check_item_count,
     parse_limit_mm_per_prompt,
 )
-from vllm_tvm.runtime.multimodal.media_sources import MediaSources
+from vllm_tvm.runtime.multimodal.media_sources import (
+    DEFAULT_IMAGE_FETCH_TIMEOUT,
+    IMAGE_FETCH_TIMEOUT_ENV,
+    MediaSources,
+    fetch_timeout_from_environment,
+)
 
 PART = 2
 IMAGE = rgb_file(12, 10)
@@ -38,18 +45,28 @@ QUICK = MediaSources(fetch_timeout=0.5)
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Serves IMAGE at /cat.png and a hostile answer at each other path."""
+    """Serves IMAGE at /cat.png and a hostile answer at each other path; every path asked
+    for is kept in `requested`."""
+
+    requested: ClassVar[list[str]] = []
 
     def log_message(self, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:
         path = self.path
+        self.requested.append(path)
         if path == "/cat.png":
             self._answer(200, IMAGE)
         elif path == "/moved":
             self.send_response(302)
             self.send_header("Location", "/cat.png")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif path == "/to-localhost":
+            port = self.server.server_address[1]
+            self.send_response(302)
+            self.send_header("Location", f"http://localhost:{port}/cat.png")
             self.send_header("Content-Length", "0")
             self.end_headers()
         elif path == "/loop":
@@ -161,6 +178,59 @@ def test_a_slow_server_is_cut_off_at_the_deadline(base_url: str, path: str) -> N
     started = time.monotonic()
     assert_refused(base_url + path, "took longer than 0.5 s")
     assert time.monotonic() - started < 1.4  # the whole drip takes about 3 s, the stall 1.5
+
+
+def test_allowed_media_domains_refuse_other_hosts_before_fetching(base_url: str) -> None:
+    loopback = MediaSources(fetch_timeout=0.5, allowed_media_domains=frozenset({"127.0.0.1"}))
+    image = load_image_url(base_url + "/cat.png", PART, None, loopback)
+    np.testing.assert_array_equal(image.pixels, expected_pixels())
+    elsewhere = MediaSources(allowed_media_domains=frozenset({"Images.Example.com"}))
+    Handler.requested.clear()
+    assert_refused(
+        base_url + "/cat.png",
+        r"host '127.0.0.1' is not in --allowed-media-domains \(images.example.com\)",
+        elsewhere,
+    )
+    assert Handler.requested == []  # refused before anything was sent
+    assert_refused(
+        base_url + "/to-localhost", "host 'localhost' is not in --allowed-media-domains", loopback
+    )
+    assert Handler.requested == ["/to-localhost"]  # the redirect's target is never asked
+
+
+def _front_end_only(monkeypatch) -> None:
+    """`LLM(...)` builds its media options and stops short of resolving or loading a model."""
+    monkeypatch.setattr("vllm_tvm.entrypoints.llm.resolve_engine", lambda args: args)
+    monkeypatch.setattr(LLM, "_start", lambda self, args: None)
+
+
+def test_llm_reads_the_fetch_timeout_variable_as_the_server_does(
+    monkeypatch, base_url: str
+) -> None:
+    _front_end_only(monkeypatch)
+    monkeypatch.setenv(IMAGE_FETCH_TIMEOUT_ENV, "0.25")
+    llm = LLM("m", allowed_media_domains=["127.0.0.1"])
+    assert llm.media_sources.fetch_timeout == fetch_timeout_from_environment() == 0.25
+    part = {"type": "image_url", "image_url": {"url": base_url + "/stall"}}
+    started = time.monotonic()
+    with pytest.raises(ImageInputError, match=r"took longer than 0.25 s"):
+        llm.chat_images([{"role": "user", "content": [part]}])
+    assert time.monotonic() - started < 1.2
+    monkeypatch.setenv(IMAGE_FETCH_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="VLLM_IMAGE_FETCH_TIMEOUT must be a number of seconds"):
+        LLM("m")
+    monkeypatch.delenv(IMAGE_FETCH_TIMEOUT_ENV)
+    assert LLM("m").media_sources.fetch_timeout == DEFAULT_IMAGE_FETCH_TIMEOUT
+
+
+def test_llm_holds_http_images_to_its_allowed_media_domains(monkeypatch, base_url: str) -> None:
+    _front_end_only(monkeypatch)
+    part = {"type": "image_url", "image_url": {"url": base_url + "/cat.png"}}
+    conversation = [{"role": "user", "content": [part]}]
+    with pytest.raises(ImageInputError, match=r"host '127\.0\.0\.1' is not in"):
+        LLM("m", allowed_media_domains=["example.com"]).chat_images(conversation)
+    image = LLM("m", allowed_media_domains=["127.0.0.1"]).chat_images(conversation)[0]
+    np.testing.assert_array_equal(image.pixels, expected_pixels())
 
 
 def test_local_files_are_read_only_under_the_allowed_directory(tmp_path: Path) -> None:

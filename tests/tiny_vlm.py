@@ -55,9 +55,10 @@ class TinyVLM:
     image_token_id: int
 
 
-def gemma3_vlm_checkpoint(path: Path) -> TinyVLM:
+def gemma3_vlm_checkpoint(path: Path, layer_types: list[str] | None = None) -> TinyVLM:
     """Config, weights, tokenizer (the image tokens added as specials) and Gemma 3's
-    preprocessor config."""
+    preprocessor config; `layer_types` replaces the text tower's (e.g. all
+    "full_attention", a model the prefix cache serves)."""
     import transformers
 
     tokenizer = train_tokenizer(path)
@@ -65,7 +66,11 @@ def gemma3_vlm_checkpoint(path: Path) -> TinyVLM:
     tokenizer.save(str(path / "tokenizer.json"))
     boi, eoi, image = (tokenizer.token_to_id(token) for token in IMAGE_TOKEN_STRINGS)
     config = transformers.Gemma3Config(
-        text_config={**TEXT, "vocab_size": tokenizer.get_vocab_size()},
+        text_config={
+            **TEXT,
+            "vocab_size": tokenizer.get_vocab_size(),
+            "layer_types": layer_types or TEXT["layer_types"],
+        },
         vision_config=VISION,
         mm_tokens_per_image=GEMMA3_IMAGE_TOKENS,
         boi_token_index=boi,

@@ -76,10 +76,10 @@ def runtime_spec_for(
         prefill_chunk_limit=window if sliding else None,
         max_num_seqs=MLA_MAX_NUM_SEQS if latent else None,
         max_num_seqs_reason=MLA_BATCH_REASON if latent else "",
-        # A shared block holds keys and values but not the recurrent state after it; the
-        # soft tokens of every image carry one placeholder id, so blocks holding them
-        # would match across different images.
-        prefix_caching=not sliding and not recurrent and ENCODE_IMAGES not in functions,
+        # A shared block holds keys and values but not the recurrent state after it. Image
+        # soft tokens share one placeholder id; the runtime keys their blocks by the
+        # image's digest (runtime/kv/prefix_cache.py), so images do not stop caching.
+        prefix_caching=not sliding and not recurrent,
         ragged_dispatch=RAGGED_LATENT if "extend" in functions else RAGGED_PREFILL,
         decode_single="decode_single" in functions,
         device_sampling="argmax" in functions and "sample" in functions,

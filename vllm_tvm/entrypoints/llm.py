@@ -21,7 +21,10 @@ from vllm_tvm.runtime.engine.llm_engine import LLMEngine, PromptInput
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage, decoded_from_pil
 from vllm_tvm.runtime.multimodal.image_url import load_image_url
 from vllm_tvm.runtime.multimodal.media_limits import check_item_count, checked_limits
-from vllm_tvm.runtime.multimodal.media_sources import MediaSources
+from vllm_tvm.runtime.multimodal.media_sources import (
+    MediaSources,
+    fetch_timeout_from_environment,
+)
 from vllm_tvm.runtime.requests.outputs import RequestOutput
 from vllm_tvm.runtime.sampling.params import SamplingParams
 from vllm_tvm.runtime.tokenization.chat_messages import image_urls, template_messages
@@ -37,9 +40,11 @@ class LLM:
     num_blocks, load_format, skip_tokenizer_init, ...), or vLLM options with no effect here
     (entrypoints/vllm_options.py: enforce_eager, swap_space, ...); any other name is refused
     with a TypeError naming it. vLLM's media options are the front end's, not the engine's:
-    `limit_mm_per_prompt` ({"image": 2}; a modality not named: 999) and
+    `limit_mm_per_prompt` ({"image": 2}; a modality not named: 999),
     `allowed_local_media_path` (the directory file:// image URLs may read under; None: no
-    local files), both checked before anything loads."""
+    local files) and `allowed_media_domains` (the hosts http(s) image URLs may name; None:
+    any), checked before anything loads. An http(s) fetch takes at most
+    `VLLM_IMAGE_FETCH_TIMEOUT` seconds, read as the server reads it."""
 
     def __init__(
         self,
@@ -47,11 +52,15 @@ class LLM:
         *,
         limit_mm_per_prompt: Mapping[str, int] | None = None,
         allowed_local_media_path: str | Path | None = None,
+        allowed_media_domains: Sequence[str] | None = None,
         **options: Any,
     ) -> None:
         self.limit_mm_per_prompt = checked_limits(limit_mm_per_prompt or {})
         allowed = None if allowed_local_media_path is None else Path(allowed_local_media_path)
-        self.media_sources = MediaSources(allowed_local_media_path=allowed)
+        domains = None if allowed_media_domains is None else frozenset(allowed_media_domains)
+        self.media_sources = MediaSources(
+            fetch_timeout_from_environment(), allowed, allowed_media_domains=domains
+        )
         args = EngineArgs.from_options(model, **without_no_effect_options(options))
         self._start(resolve_engine(args))
 
@@ -61,7 +70,7 @@ class LLM:
         resolved them itself (the command line) has them: nothing is resolved twice."""
         llm = cls.__new__(cls)
         llm.limit_mm_per_prompt = {}
-        llm.media_sources = MediaSources()
+        llm.media_sources = MediaSources(fetch_timeout_from_environment())
         llm._start(args)
         return llm
 

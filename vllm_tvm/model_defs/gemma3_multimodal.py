@@ -130,18 +130,18 @@ class Gemma3ForConditionalGeneration(LlamaForCausalLM):
         target: Target,
         attention: str = "tir",
     ) -> None:
+        if config.rope_local_theta is None:
+            # The dense image rows read q/k as the cache's attention does, so every layer
+            # must rotate them in the model. Without a sliding-layer base of its own (e.g.
+            # every layer full) the sliding base is the global one, which makes every
+            # layer rotate itself; the cache then rotates nothing.
+            config = replace(config, rope_local_theta=config.rope_theta)
         super().__init__(config, dtype, target, attention)
         assert config.vision is not None
         self.vision_tower = SiglipVisionTower(config.vision, dtype)
         self.multi_modal_projector = Gemma3MultiModalProjector(config, dtype)
         self.image_block_attention = ImageBlockAttention()
         for layer in self.model.layers:
-            if layer.self_attn.model_rope is None:
-                # The dense image rows read q/k as the cache's attention does: rotated.
-                raise ModelConfigError(
-                    "unsupported Gemma 3 RoPE: image attention needs every layer to rotate "
-                    "q/k in the model (a sliding-layer RoPE base of its own)"
-                )
             layer.self_attn.block_attention = self.image_block_attention
 
     def encode_images(self, pixel_values: Tensor) -> Tensor:

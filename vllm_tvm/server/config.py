@@ -21,7 +21,12 @@ from vllm_tvm.runtime.engine.admission import (
 )
 from vllm_tvm.runtime.engine.args import EngineArgs
 from vllm_tvm.runtime.multimodal.media_limits import parse_limit_mm_per_prompt
-from vllm_tvm.runtime.multimodal.media_sources import DEFAULT_IMAGE_FETCH_TIMEOUT, MediaSources
+from vllm_tvm.runtime.multimodal.media_sources import (
+    DEFAULT_IMAGE_FETCH_TIMEOUT,
+    IMAGE_FETCH_TIMEOUT_ENV,
+    MediaSources,
+    parse_fetch_timeout,
+)
 from vllm_tvm.server.options import option, seconds, whole_number
 
 DEFAULT_MAX_LOGPROBS = 20
@@ -236,6 +241,16 @@ class ServerConfig:
             help="serve file:// image URLs from under this directory (default: none, refused)",
         ),
     )
+    allowed_media_domains: list[str] | None = field(
+        default=None,
+        metadata=option(
+            flags=("--allowed-media-domains",),
+            nargs="+",
+            metavar="DOMAIN",
+            help="the only hosts http(s) image URLs may name, checked before fetching "
+            "(default: any host)",
+        ),
+    )
     limit_mm_per_prompt: dict[str, int] = field(
         default_factory=dict,
         metadata=option(
@@ -248,8 +263,8 @@ class ServerConfig:
     image_fetch_timeout: float = field(
         default=DEFAULT_IMAGE_FETCH_TIMEOUT,
         metadata=option(
-            env="VLLM_IMAGE_FETCH_TIMEOUT",
-            parse=seconds,
+            env=IMAGE_FETCH_TIMEOUT_ENV,
+            parse=parse_fetch_timeout,
             help="seconds one http(s) image fetch may take in all (default {default:g})",
         ),
     )
@@ -291,7 +306,12 @@ class ServerConfig:
     def media_sources(self) -> MediaSources:
         """Where request images may come from besides data: URLs."""
         allowed = self.allowed_local_media_path
-        return MediaSources(self.image_fetch_timeout, None if allowed is None else Path(allowed))
+        domains = self.allowed_media_domains
+        return MediaSources(
+            self.image_fetch_timeout,
+            None if allowed is None else Path(allowed),
+            allowed_media_domains=None if domains is None else frozenset(domains),
+        )
 
     @property
     def admission_limits(self) -> AdmissionLimits:

@@ -125,8 +125,30 @@ class BlockManager:
         if not self.enable_prefix_caching or seq.params.prompt_logprobs is not None:
             return []
         limit = (seq.num_tokens - 1) // self.block_size
-        extend_block_hashes(seq.block_hashes, seq.token_ids, self.block_size, limit)
-        return self._cached_chain(seq.block_hashes[:limit])
+        self._extend_hashes(seq, limit)
+        hit = self._cached_chain(seq.block_hashes[:limit])
+        if seq.images is not None and len(hit) * self.block_size < seq.images.prefill_floor:
+            return []
+        return hit
+
+    def _extend_hashes(self, seq: EngineSequence, num_blocks: int) -> None:
+        """Hash `seq`'s first `num_blocks` full blocks, keyed by its images' digests.
+
+        A prompt with images is matched all or nothing up to its last image: a hit must
+        reach through the end of the last image (`prefill_floor`), or it is not used and
+        the prompt is computed from its first token. Why: the image prefill
+        (model_defs/image_block_attention.py) gives an image's soft tokens their two-way
+        attention by a dense attention over the forward's own chunk, so every key they may
+        see must be in that chunk, which holds only when the chunk starts at the prompt's
+        first token. A hit ending before or inside an image would leave that image's rows
+        blind to the cached keys before it (vLLM likewise never splits a bidirectional
+        image between cached and computed tokens). Blocks that hold soft tokens are only
+        ever registered whole and after the prefill that computed the entire image, so a
+        cached block's keys and values are those of the complete image its digest names."""
+        placeholders = () if seq.images is None else seq.images.placeholders
+        extend_block_hashes(
+            seq.block_hashes, seq.token_ids, self.block_size, num_blocks, placeholders
+        )
 
     def cached_prefix_length(self, token_ids: list[int]) -> int:
         """How many leading tokens of `token_ids` the prefix cache holds (whole blocks)."""
@@ -246,7 +268,7 @@ class BlockManager:
         if full <= self._registered_upto[kv_id]:  # most steps: no block newly full
             return
         table = self._tables[kv_id]
-        extend_block_hashes(seq.block_hashes, seq.token_ids, self.block_size, full)
+        self._extend_hashes(seq, full)
         index = self._registered_upto[kv_id]
         while index < full:
             block = self._blocks[table[index]]

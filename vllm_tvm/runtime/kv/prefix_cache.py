@@ -7,6 +7,12 @@ before it, so equal hashes mean equal whole prefixes; a new request whose leadin
 hashes are known reuses those blocks instead of recomputing them. Blocks nobody uses any
 more stay cached until their space is needed, least recently freed first.
 
+Media placeholders (vLLM's scheme): every image's soft tokens carry one placeholder id, so
+two different images at the same positions have equal tokens but different keys and
+values. A block that holds any placeholder tokens of a media item therefore also hashes
+that item's content digest (and where in the item the block starts), so the same image
+again is a hit and a different one is not. The chain carries it to every later block.
+
 This module is the bookkeeping only (hashes, the hash -> block map, the eviction order); the
 block manager decides what to register and carries evictions out on the KV cache.
 """
@@ -19,25 +25,50 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vllm_tvm.runtime.requests.prompt_images import MediaPlaceholder
+
 BlockHash = bytes
 
 
-def hash_block(parent: BlockHash | None, token_ids: Sequence[int]) -> BlockHash:
-    """The hash of a full block: its tokens chained with the hash of the block before it."""
+def hash_block(
+    parent: BlockHash | None, token_ids: Sequence[int], extra_keys: bytes = b""
+) -> BlockHash:
+    """The hash of a full block: its tokens (and `extra_keys`, what the tokens do not say
+    about its contents) chained with the hash of the block before it."""
     digest = hashlib.blake2b(parent or b"", digest_size=16)
     digest.update(np.asarray(token_ids, dtype=np.int64).tobytes())
+    digest.update(extra_keys)
     return digest.digest()
 
 
+def media_extra_keys(placeholders: Sequence[MediaPlaceholder], start: int, end: int) -> bytes:
+    """The extra keys of the block of token positions [start, end): for each media item
+    whose placeholder tokens it touches, the item's digest and the block's start relative
+    to the item's first placeholder (which part of the item the block holds)."""
+    keys = bytearray()
+    for item in placeholders:
+        if item.offset < end and start < item.offset + item.length:
+            keys += bytes.fromhex(item.digest)
+            keys += (start - item.offset).to_bytes(8, "little", signed=True)
+    return bytes(keys)
+
+
 def extend_block_hashes(
-    hashes: list[BlockHash], token_ids: Sequence[int], block_size: int, num_blocks: int
+    hashes: list[BlockHash],
+    token_ids: Sequence[int],
+    block_size: int,
+    num_blocks: int,
+    placeholders: Sequence[MediaPlaceholder] = (),
 ) -> None:
     """Append to `hashes` (the chain of the first blocks of `token_ids`) up to `num_blocks`
-    full blocks; partial blocks are never hashed."""
+    full blocks, each keyed by the `placeholders` it touches; partial blocks are never
+    hashed."""
     num_blocks = min(num_blocks, len(token_ids) // block_size)
     for index in range(len(hashes), num_blocks):
         parent = hashes[-1] if hashes else None
-        hashes.append(hash_block(parent, token_ids[index * block_size : (index + 1) * block_size]))
+        start, end = index * block_size, (index + 1) * block_size
+        extra = media_extra_keys(placeholders, start, end) if placeholders else b""
+        hashes.append(hash_block(parent, token_ids[start:end], extra))
 
 
 class PrefixCache:

@@ -5,7 +5,10 @@ word, so both are bounded before a byte is trusted. A fetch has one deadline for
 transfer (a server that drips a byte at a time is cut off at it, not at each read's
 timeout; one stalled read may overrun it by up to that timeout), at most
 `max_encoded_bytes` read (a declared Content-Length past it is refused before the body),
-a bounded number of redirects, to http(s) only, and a non-2xx answer is an error.
+a bounded number of redirects, to http(s) only, and a non-2xx answer is an error. With
+`allowed_media_domains` (vLLM's `--allowed-media-domains`; unset: any host) a URL whose
+host is not one of them is refused before anything is sent, and so is a redirect to one
+(else a listed host could send the fetch anywhere).
 A local file is served only from under `allowed_local_media_path` (vLLM's
 `--allowed-local-media-path`; unset: none), its real path checked after symlinks and `..`
 are resolved, so a link or a traversal out of that directory is refused.
@@ -16,6 +19,8 @@ run it off the event loop (the server builds a chat call in a worker thread)."""
 from __future__ import annotations
 
 import http.client
+import math
+import os
 import socket
 import time
 import urllib.error
@@ -30,27 +35,74 @@ from vllm_tvm.runtime.multimodal.image_errors import ImageInputError
 DEFAULT_IMAGE_FETCH_TIMEOUT = 5.0
 """Seconds one image fetch may take in all (vLLM's VLLM_IMAGE_FETCH_TIMEOUT default)."""
 
+IMAGE_FETCH_TIMEOUT_ENV = "VLLM_IMAGE_FETCH_TIMEOUT"
+"""The environment variable that sets the fetch deadline (the server and `LLM` alike)."""
+
 MAX_REDIRECTS = 5
 """The most redirects one image fetch follows."""
 
 READ_CHUNK = 64 * 1024
 
 
+def parse_fetch_timeout(text: str) -> float:
+    """A fetch deadline in seconds: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise ValueError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
+
+def fetch_timeout_from_environment() -> float:
+    """The fetch deadline `VLLM_IMAGE_FETCH_TIMEOUT` sets, else the default; ValueError
+    naming the variable when it holds no such number."""
+    text = os.environ.get(IMAGE_FETCH_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_IMAGE_FETCH_TIMEOUT
+    try:
+        return parse_fetch_timeout(text)
+    except ValueError as error:
+        raise ValueError(f"{IMAGE_FETCH_TIMEOUT_ENV} {error}") from None
+
+
 @dataclass(frozen=True)
 class MediaSources:
     """Where images may come from besides data: URLs: `fetch_timeout` seconds for a whole
     http(s) fetch, `allowed_local_media_path` the directory file:// URLs may read under
-    (None: no local files)."""
+    (None: no local files), `allowed_media_domains` the hosts http(s) URLs may name (None:
+    any; compared without case, exactly: a subdomain is another host)."""
 
     fetch_timeout: float = DEFAULT_IMAGE_FETCH_TIMEOUT
     allowed_local_media_path: Path | None = None
     max_redirects: int = MAX_REDIRECTS
+    allowed_media_domains: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.allowed_media_domains is not None:
+            domains = frozenset(domain.lower() for domain in self.allowed_media_domains)
+            object.__setattr__(self, "allowed_media_domains", domains)
+
+    def check_domain(self, url: str, part_index: int) -> None:
+        """Refuse `url` (ImageInputError naming its host) unless its host may be fetched."""
+        allowed = self.allowed_media_domains
+        if allowed is None:
+            return
+        host = (urlsplit(url).hostname or "").lower()
+        if host not in allowed:
+            raise ImageInputError(
+                part_index,
+                f"the image URL's host {host!r} is not in --allowed-media-domains "
+                f"({', '.join(sorted(allowed))})",
+            )
 
 
 def fetch_http_image(url: str, part_index: int, max_bytes: int, sources: MediaSources) -> bytes:
     """The body of `url`, or an ImageInputError saying why it could not be fetched."""
+    sources.check_domain(url, part_index)
     deadline = time.monotonic() + sources.fetch_timeout
-    opener = urllib.request.build_opener(_redirects_within(sources.max_redirects))
+    opener = urllib.request.build_opener(_redirects_within(sources, part_index))
     request = urllib.request.Request(url, headers={"Accept": "image/*"})
     try:
         with opener.open(request, timeout=sources.fetch_timeout) as response:
@@ -137,19 +189,21 @@ def _read_bounded(
 def _timed_out(url: str, part_index: int, sources: MediaSources) -> ImageInputError:
     return ImageInputError(
         part_index,
-        f"fetching {url} took longer than {sources.fetch_timeout:g} s (VLLM_IMAGE_FETCH_TIMEOUT)",
+        f"fetching {url} took longer than {sources.fetch_timeout:g} s ({IMAGE_FETCH_TIMEOUT_ENV})",
     )
 
 
-def _redirects_within(limit: int) -> urllib.request.HTTPRedirectHandler:
-    """A redirect handler that follows at most `limit` redirects, and only to http(s)."""
+def _redirects_within(sources: MediaSources, part_index: int) -> urllib.request.HTTPRedirectHandler:
+    """A redirect handler that follows at most `sources.max_redirects` redirects, only to
+    http(s) and to hosts `sources` allows."""
 
     class BoundedRedirects(urllib.request.HTTPRedirectHandler):
-        max_redirections = limit
+        max_redirections = sources.max_redirects
 
         def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
             if urlsplit(newurl).scheme.lower() not in ("http", "https"):
                 raise urllib.error.URLError(f"redirect to a non-http(s) URL {newurl!r}")
+            sources.check_domain(newurl, part_index)
             return super().redirect_request(req, fp, code, msg, headers, newurl)
 
     return BoundedRedirects()

@@ -11,8 +11,25 @@ says why), which the scheduler keeps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+
+
+class MediaPlaceholder(NamedTuple):
+    """One media item's placeholder tokens in a prompt, and what tells the item apart.
+
+    The tokens alone cannot: every image's soft tokens carry the same placeholder id, so
+    the prefix cache folds `digest` into the key of each block these tokens touch."""
+
+    offset: int
+    """The prompt position of the first placeholder token."""
+    length: int
+    """How many placeholder tokens the item has."""
+    digest: str
+    """A content hash of the item (hex). It must cover everything the item's placeholder
+    tokens' keys and values depend on besides the tokens before them: the pixel values and,
+    where the size varies, their shape or patch grid (two grids can hold equal bytes)."""
 
 
 @dataclass(eq=False)
@@ -28,6 +45,14 @@ class PromptImages:
     """sha256 of each image's pixel values (what tells two images apart)."""
     embeddings: np.ndarray | None = None
     """[images, tokens_per_image, hidden] once the encoder has run."""
+
+    @property
+    def placeholders(self) -> tuple[MediaPlaceholder, ...]:
+        """Each image's soft-token range and digest, in prompt order."""
+        return tuple(
+            MediaPlaceholder(start, self.tokens_per_image, digest)
+            for start, digest in zip(self.starts, self.digests, strict=True)
+        )
 
     @property
     def prefill_floor(self) -> int:
