@@ -288,7 +288,8 @@ def test_auto_follows_the_target_and_the_manifest_records_the_instructions(
         ({"dtype": "float16"}, "dtype 'float16': the integer path takes float32 activations"),
         (
             {"weight_format": "dequantized"},
-            "no weight is kept as one of q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k "
+            "no weight is kept as one of q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q3_k, "
+            "q2_k "
             "(kept quantized: none;",
         ),
     ],

@@ -1,10 +1,11 @@
-"""`--cpu-int8-activations` on K-quant weights: Q4_K / Q5_K / Q6_K products on Q8_K activations.
+"""`--cpu-int8-activations` on K-quant weights: Q2_K ... Q6_K products on Q8_K activations.
 
 Oracles: llama.cpp's quantize-then-dot definition (written in numpy in
 test_cpu_int8_kquant_dot.py) for one product routed by the compiler's rewrite
 (compiler/int8_activations.py), at static and run-time row counts; and, for a tiny GGUF
-llama whose matrices are Q4_K, Q5_K and Q6_K (as a Q4_K_M file mixes them), transformers
-on the weights it reads from the file itself, with the input of every linear layer rounded
+llama whose matrices are Q4_K and Q6_K (as a Q4_K_M file mixes them), Q5_K, Q3_K and
+Q2_K, transformers on the weights it reads from the file itself, with the input of every
+linear layer rounded
 as llama.cpp's Q8_K does (per 256 values: q = nearest_int(x * -127 / v), v the first value
 of largest magnitude, times the fp32 step 1 / (-127 / v)). A K-quant product is exactly
 the rounded activations times the dequantized weights (the mins' share goes through the
@@ -39,6 +40,7 @@ from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.compiler.targets import resolve_target
 from vllm_tvm.model_defs.quant_linear import QuantWeight
 from vllm_tvm.schedules.cpu_int8_dot import VNNI, int8_dot_isa
+from vllm_tvm.schedules.cpu_int8_kquant_dot import INT8_KQUANT_FORMATS
 
 NATIVE_ISA = int8_dot_isa(resolve_target("llvm").make_target())
 needs_int8_dot = pytest.mark.skipif(NATIVE_ISA is None, reason="no AVX2 / VNNI on this CPU")
@@ -100,14 +102,17 @@ MIXED_TYPES = {
     **{f"model.layers.0.self_attn.{p}_proj.weight": Q.Q4_K for p in "qkv"},
     **{f"model.layers.1.self_attn.{p}_proj.weight": Q.Q6_K for p in "qkv"},
     **{f"model.layers.{n}.self_attn.o_proj.weight": Q.Q5_K for n in (0, 1)},
-    **{f"model.layers.{n}.mlp.{p}_proj.weight": Q.Q4_K for n in (0, 1) for p in ("gate", "up")},
-    **{f"model.layers.{n}.mlp.down_proj.weight": Q.Q6_K for n in (0, 1)},
+    **{f"model.layers.0.mlp.{p}_proj.weight": Q.Q4_K for p in ("gate", "up")},
+    **{f"model.layers.1.mlp.{p}_proj.weight": Q.Q3_K for p in ("gate", "up")},
+    "model.layers.0.mlp.down_proj.weight": Q.Q6_K,
+    "model.layers.1.mlp.down_proj.weight": Q.Q2_K,
     "model.embed_tokens.weight": Q.Q4_K,
     "lm_head.weight": Q.Q6_K,
 }
-"""Q4_K_M's mix: Q4_K mostly, Q6_K for down projections and the output head; Q5_K for the
-output projections, so that every K-quant product is routed. The q / k / v projections,
-fused into one product, share a type (mixed, they would be dequantized at load)."""
+"""Q4_K_M's mix (Q4_K, Q6_K for a down projection and the output head), Q5_K for the
+output projections and Q3_K / Q2_K for the second layer's MLP, so that every K-quant
+product is routed. The q / k / v projections, fused into one product, share a type (mixed,
+they would be dequantized at load)."""
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +147,7 @@ def _transformers_logits(model_path: Path, tokens: list[int], rounded: bool) -> 
 @needs_int8_dot
 def test_kquant_logits_equal_transformers_with_q8_k_activations(mixed_file: Path) -> None:
     manifest = read_manifest(_artifact(mixed_file, "on"))
-    assert {"q4_k", "q5_k", "q6_k"} <= {param.format for param in manifest.params}
+    assert set(INT8_KQUANT_FORMATS) <= {param.format for param in manifest.params}
     assert manifest.cpu_int8_activations == NATIVE_ISA
     floats = greedy(_artifact(mixed_file, "off"), mixed_file, STEPS)
     integer = greedy(_artifact(mixed_file, "on"), mixed_file, STEPS, forced=floats.tokens)

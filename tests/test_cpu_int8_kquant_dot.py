@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
-from gguf_synth import q4_k_rows, q5_k_rows, q6_k_rows
+from gguf_synth import q2_k_rows, q3_k_rows, q4_k_rows, q5_k_rows, q6_k_rows
 from test_cpu_int8_dot import _isas_here, _run, _target_for
 
 from vllm_tvm.checkpoints.gguf_repack import repack
@@ -30,7 +30,17 @@ from vllm_tvm.schedules.cpu_int8_kquant_dot import int8_kquant_gemv, quantize_ac
 ROWS, FEATURES, COLUMNS = 3, 24, 768
 """Three 256-value super-blocks per row; features not a multiple of a vector of outputs."""
 
-BUILDERS = {Q.Q4_K: q4_k_rows, Q.Q5_K: q5_k_rows, Q.Q6_K: q6_k_rows}
+BUILDERS = {
+    Q.Q4_K: q4_k_rows,
+    Q.Q5_K: q5_k_rows,
+    Q.Q6_K: q6_k_rows,
+    Q.Q3_K: q3_k_rows,
+    Q.Q2_K: q2_k_rows,
+}
+SUB_BLOCK = {Q.Q4_K: 32, Q.Q5_K: 32, Q.Q6_K: 16, Q.Q3_K: 16, Q.Q2_K: 16}
+"""Values per integer scale (and min)."""
+OFFSET = {Q.Q6_K: 32, Q.Q3_K: 4}
+"""What the formats without mins subtract from their unsigned values."""
 STORED_ORDER = np.array(
     [v for group in range(COLUMNS // 32) for v in group * 32 + np.array(_EVEN_THEN_ODD)]
 )
@@ -67,8 +77,10 @@ def _fp16(blocks: np.ndarray, offset: int) -> np.ndarray:
 
 def _decode(data: np.ndarray, qtype: Q) -> dict[str, np.ndarray]:
     """The fields of ggml blocks [features, supers, bytes], values in value order: u the
-    unsigned values, sc per sub-block, and for Q4_K / Q5_K mn and dmin."""
+    unsigned values, sc per sub-block, and for Q2_K / Q4_K / Q5_K mn and dmin."""
     blocks = data.reshape(FEATURES, COLUMNS // 256, -1).astype(np.int64)
+    if qtype in (Q.Q2_K, Q.Q3_K):
+        return _decode_crumbs(blocks, qtype)
     if qtype == Q.Q6_K:
         ql, qh = blocks[..., 0:128], blocks[..., 128:192]
         u = np.zeros((*blocks.shape[:2], 256), np.int64)
@@ -97,14 +109,40 @@ def _decode(data: np.ndarray, qtype: Q) -> dict[str, np.ndarray]:
     return {"u": u, "sc": sc, "mn": mn, "d": _fp16(raw, 0), "dmin": _fp16(raw, 2)}
 
 
+def _decode_crumbs(blocks: np.ndarray, qtype: Q) -> dict[str, np.ndarray]:
+    """Q2_K / Q3_K fields: per 128 values 32 bytes of 2-bit values, value 32 j + l at bits
+    2 j of byte l; Q3_K's third bits as Q5_K's fifth; Q3_K's 6-bit scales biased by 32
+    (low nibbles of scales i and i + 8 in byte i, top bits of scale 4 m + k at bits 2 m of
+    byte 8 + k); Q2_K's scale (low) and min (high nibble) of each 16 in bytes 0-15."""
+    raw = blocks.astype(np.uint8)
+    start = 16 if qtype == Q.Q2_K else 32
+    groups = blocks[..., start : start + 64].reshape(*blocks.shape[:2], 2, 1, 32)
+    u = ((groups >> (2 * np.arange(4))[:, None]) & 3).reshape(*blocks.shape[:2], 256)
+    if qtype == Q.Q2_K:
+        scales = blocks[..., 0:16]
+        return {
+            "u": u,
+            "sc": scales & 15,
+            "mn": scales >> 4,
+            "d": _fp16(raw, 80),
+            "dmin": _fp16(raw, 82),
+        }
+    hmask = blocks[..., 0:32]
+    u = u + (((hmask[..., None, :] >> np.arange(8)[:, None]) & 1) << 2).reshape(u.shape)
+    low, top = blocks[..., 96:104], blocks[..., 104:108]
+    nibbles = np.concatenate([low & 15, low >> 4], axis=-1)
+    tops = np.concatenate([(top >> (2 * m)) & 3 for m in range(4)], axis=-1)
+    return {"u": u, "sc": (nibbles | (tops << 4)) - 32, "d": _fp16(raw, 108)}
+
+
 def _weights(qtype: Q) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Random `qtype` rows (bytes), and their fields, checked against gguf's dequantization."""
     data, _ = BUILDERS[qtype](np.random.default_rng(1), FEATURES, COLUMNS)
     fields = _decode(data, qtype)
-    sub = 16 if qtype == Q.Q6_K else 32
+    sub = SUB_BLOCK[qtype]
     scale = fields["d"][..., None] * fields["sc"].astype(np.float32)  # ggml: d * sc first
-    values = np.repeat(scale, sub, axis=-1) * (fields["u"] - (32 if qtype == Q.Q6_K else 0))
-    if qtype != Q.Q6_K:
+    values = np.repeat(scale, sub, axis=-1) * (fields["u"] - OFFSET.get(qtype, 0))
+    if qtype not in OFFSET:
         values = values - np.repeat(fields["dmin"][..., None] * fields["mn"], sub, axis=-1)
     dequantized = gguf.quants.dequantize(data, qtype).reshape(FEATURES, -1, 256)
     np.testing.assert_array_equal(values.astype(np.float32), dequantized)
@@ -116,22 +154,20 @@ def reference_product(
 ) -> tuple[np.ndarray, np.ndarray]:
     """ggml_vec_dot_qX_K_q8_K of every (row, feature), in float64 over the exact integer
     sums: (products [rows, features], the sum of every term's magnitude, for bounds)."""
-    sub = 16 if qtype == Q.Q6_K else 32
-    w = fields["u"] - (32 if qtype == Q.Q6_K else 0)  # [features, supers, 256]
+    sub = SUB_BLOCK[qtype]
+    w = fields["u"] - OFFSET.get(qtype, 0)  # [features, supers, 256]
     x = xq.reshape(ROWS, -1, 256).astype(np.int64)
     products = w.reshape(1, FEATURES, -1, 256 // sub, sub) * x.reshape(ROWS, 1, -1, 256 // sub, sub)
     sums = (products.sum(axis=-1) * fields["sc"][None]).sum(axis=-1)  # exact integers
     magnitudes = (np.abs(products).sum(axis=-1) * np.abs(fields["sc"][None])).sum(axis=-1)
     scale = (fields["d"][None] * xd[:, None]).astype(np.float32).astype(np.float64)
     result, size = scale * sums, np.abs(scale) * magnitudes
-    if qtype != Q.Q6_K:
-        mins = np.repeat(fields["mn"], 2, axis=-1)  # per 16 values
-        min_sums = (mins[None] * bsums.reshape(ROWS, 1, -1, 16).astype(np.int64)).sum(axis=-1)
+    if qtype not in OFFSET:
+        mins = np.repeat(fields["mn"], sub // 16, axis=-1)[None]  # per 16 values
+        sums16 = bsums.reshape(ROWS, 1, -1, 16).astype(np.int64)
         min_scale = (fields["dmin"][None] * xd[:, None]).astype(np.float32).astype(np.float64)
-        result = result - min_scale * min_sums
-        size = size + np.abs(min_scale) * (mins[None] * np.abs(bsums.reshape(ROWS, 1, -1, 16))).sum(
-            -1
-        )
+        result = result - min_scale * (mins * sums16).sum(axis=-1)
+        size = size + np.abs(min_scale) * (mins * np.abs(sums16)).sum(axis=-1)
     return result.sum(axis=-1), size.sum(axis=-1)
 
 
@@ -167,7 +203,7 @@ def test_activations_are_quantized_as_llama_cpp_q8_k_does() -> None:
 
 
 @pytest.mark.parametrize("isa", _isas_here())
-@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", list(BUILDERS), ids=lambda t: t.name)
 def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str) -> None:
     x = _activations()
     xq, xd, bsums = quantize_q8_k_reference(x)
@@ -195,8 +231,9 @@ def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str) -> None:
 
 def test_other_formats_are_refused_by_name() -> None:
     with pytest.raises(
-        ValueError, match=r"no int8 K-quant dot product for 'q3_k'; supported: q4_k, q5_k, q6_k"
+        ValueError,
+        match=r"no int8 K-quant dot product for 'q8_0'; supported: q4_k, q5_k, q6_k, q3_k, q2_k",
     ):
-        int8_kquant_gemv("q3_k", 1, 16, 256, VNNI)
+        int8_kquant_gemv("q8_0", 1, 16, 256, VNNI)
     with pytest.raises(ValueError, match=r"unknown integer dot ISA 'neon'"):
         int8_kquant_gemv("q4_k", 1, 16, 256, "neon")

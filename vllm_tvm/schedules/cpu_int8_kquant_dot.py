@@ -8,18 +8,19 @@ sum of each 16 values (`bsums`). Then, per super-block, with d_w the weight's fp
 
     d_w * d_x * sum_s sc_s * (u_s . x_s)  -  e_w * d_x * sum_t c_t * bsum_t
 
-where u are the weight's unsigned values (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), sc_s the
-integer scale of sub-block s (32 values for Q4_K / Q5_K, 16 for Q6_K) and the second term
-the part the unsigned values leave out: for Q4_K / Q5_K e_w = dmin and c_t the 6-bit min of
-the sub-block holding the 16 values t; for Q6_K, whose values are u - 32, e_w = d_w and
-c_t = 32 * sc_t (`ggml_vec_dot_q4_K_q8_K`, `..._q5_K_q8_K`, `..._q6_K_q8_K`; every sum
-but the last is an exact integer). This module holds:
+where u are the weight's unsigned values (Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31,
+Q6_K 0..63), sc_s the integer scale of sub-block s (32 values for Q4_K / Q5_K, 16 for the
+others) and the second term the part the unsigned values leave out: for Q2_K / Q4_K / Q5_K
+e_w = dmin and c_t the min of the sub-block holding the 16 values t; for Q6_K and Q3_K,
+whose values are u - 32 and u - 4, e_w = d_w and c_t = 32 * sc_t or 4 * sc_t
+(`ggml_vec_dot_q2_K_q8_K` ... `ggml_vec_dot_q6_K_q8_K`; every sum but the last is an
+exact integer). This module holds:
 
 - `quantize_activations_q8_k`: llama.cpp's reference `quantize_row_q8_K` (its `nearest_int`
   rounds halves to even). The values are stored in the order the kernels unpack weights
   in, per 32: the even values, then the odd ones (low, then high nibbles of a weight's
   packed words), so that no product shuffles them; `bsums` count values in value order.
-- `int8_kquant_gemv`: those activations times Q4_K, Q5_K or Q6_K planes
+- `int8_kquant_gemv`: those activations times Q2_K, Q3_K, Q4_K, Q5_K or Q6_K planes
   (checkpoints/weight_formats.py). Per 32 values one integer dot product: VNNI `vpdpbusd`
   then the sub-block scales multiplied in (`vpmulld`), or AVX2's `vpmaddubsw` then
   `vpmaddwd` by the scales; the super-block's eight int32 lanes then scaled once in fp32,
@@ -62,7 +63,13 @@ class _KQuant:
     offset: int = 0
 
 
-KQUANTS = {"q4_k": _KQuant(32), "q5_k": _KQuant(32), "q6_k": _KQuant(16, offset=32)}
+KQUANTS = {
+    "q4_k": _KQuant(32),
+    "q5_k": _KQuant(32),
+    "q6_k": _KQuant(16, offset=32),
+    "q3_k": _KQuant(16, offset=4),
+    "q2_k": _KQuant(16),
+}
 INT8_KQUANT_FORMATS = tuple(KQUANTS)
 """Weight formats `int8_kquant_gemv` multiplies."""
 
@@ -184,7 +191,7 @@ def int8_kquant_gemv(
 ) -> tirx.PrimFunc:
     """`main(xq int8 [rows, columns], xd float32 [rows, supers], bsums int16 [rows, columns /
     16], <the planes of fmt_name, in the format's order>, out float32 [rows, features])`:
-    Q8_K activations (`quantize_activations_q8_k`) times a Q4_K, Q5_K or Q6_K weight."""
+    Q8_K activations (`quantize_activations_q8_k`) times a K-quant weight."""
     if fmt_name not in KQUANTS:
         raise ValueError(
             f"no int8 K-quant dot product for {fmt_name!r}; "
@@ -204,6 +211,11 @@ def int8_kquant_gemv(
 
     def weight_group(qs: tirx.Buffer, qh: tirx.Buffer, j: tirx.Expr, g: tirx.Expr) -> tirx.Expr:
         """The unsigned values of 32-value group g of weight row j, even-then-odd."""
+        if fmt_name in ("q2_k", "q3_k"):
+            values = _crumbs_by_value(qs[j, T.ramp(g * 2, 1, 2)])
+            if fmt_name == "q3_k":
+                values = values + _bits_by_value(qh[j, g]) * T.broadcast(T.int8(4), GROUP)
+            return values
         values = _nibble_block(qs[j, T.ramp(g * 4, 1, 4)], None, 0)
         if fmt_name == "q5_k":
             values = values + _bits_by_value(qh[j, g]) * T.broadcast(T.int8(16), GROUP)
@@ -224,6 +236,8 @@ def int8_kquant_gemv(
         if kquant.offset:
             scales = T.Cast("int16x16", sc[j, T.ramp(b * SUMS, 1, SUMS)])
             return scales * T.broadcast(T.int16(kquant.offset), SUMS)
+        if kquant.sub_block == 16:
+            return T.Cast("int16x16", mn[j, T.ramp(b * SUMS, 1, SUMS)])
         mins = T.Cast("int16x8", mn[j, T.ramp(b * GROUPS, 1, GROUPS)])
         return T.Shuffle([mins, mins], [t // 2 + GROUPS * (t % 2) for t in range(SUMS)])
 
