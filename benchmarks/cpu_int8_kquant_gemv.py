@@ -18,41 +18,17 @@ usage: python3 benchmarks/cpu_int8_kquant_gemv.py [--rounds 5] [--calls 50] [--t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpu_peers import machine, versions
-from cpu_quant_gemv import build, timed
+from cpu_quant_gemv import arguments, build, timed, write_report
 
 # (out features, in features): Llama-3.2-1B's decode products (hidden 2048, MLP 8192).
 SHAPES = ((2048, 2048), (8192, 2048), (2048, 8192))
-FORMATS = ("q4_k", "q6_k", "q5_k")
-
-
-def planes(fmt_name: str, out_features: int, in_features: int, seed: int) -> list[np.ndarray]:
-    """Random planes of `fmt_name` (bits uniform, 6-bit / int8 sub-block scales, small fp16
-    super-block scales) in the format's plane order."""
-    from vllm_tvm.checkpoints.weight_formats import quant_format
-
-    fmt = quant_format(fmt_name)
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for plane in fmt.planes:
-        shape = fmt.plane_shape(plane, (out_features, in_features))
-        if plane.dtype == "uint32":
-            arrays.append(rng.integers(0, 1 << 32, size=shape, dtype=np.uint32))
-        elif plane.dtype == "int8":
-            arrays.append(rng.integers(-64, 64, size=shape, dtype=np.int8))
-        elif plane.dtype == "uint8":
-            arrays.append(rng.integers(0, 64, size=shape, dtype=np.uint8))
-        else:
-            arrays.append((rng.random(shape) * 0.001).astype(plane.dtype))
-    return arrays
+FORMATS = ("q4_k", "q6_k", "q5_k", "q3_k", "q2_k")
 
 
 class Int8Product:
@@ -91,17 +67,6 @@ class Int8Product:
         self.product(*self.activations, *weights_and_out)
 
 
-def _inputs(
-    x: np.ndarray, weights: list[Any], out_features: int, rows: tuple[int, ...]
-) -> list[Any]:
-    """x and a zero output, shaped [*rows, features], around the shared weight planes."""
-    import tvm
-
-    out = np.zeros((*rows, out_features), np.float32)
-    shaped_x = tvm.runtime.tensor(x.reshape(*rows, x.shape[-1]), tvm.cpu())
-    return [shaped_x, *weights, tvm.runtime.tensor(out, tvm.cpu())]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -123,22 +88,15 @@ def main() -> None:
     for fmt_name in args.formats.split(","):
         for out_features, in_features in SHAPES:
             key = f"{fmt_name}_{out_features}x{in_features}"
-            rng = np.random.default_rng(0)
-            x = rng.standard_normal((1, 1, in_features), dtype=np.float32)
-            weights = [
-                tvm.runtime.tensor(a, tvm.cpu())
-                for a in planes(fmt_name, out_features, in_features, 1)
-            ]
-
+            inputs = arguments(fmt_name, out_features, in_features, seed=0)
+            x, *weights, out = inputs
+            flat = [tvm.runtime.tensor(t.numpy().reshape(1, -1), tvm.cpu()) for t in (x, out)]
             kernels: dict[str, Any] = {
-                "float": (
-                    build(fmt_name, out_features, in_features, None),
-                    _inputs(x, weights, out_features, (1, 1)),
-                )
+                "float": (build(fmt_name, out_features, in_features, None), inputs)
             }
             for isa in isas:
                 product = Int8Product(fmt_name, out_features, in_features, isa)
-                kernels[f"int8_{isa}"] = (product, _inputs(x, weights, out_features, (1,)))
+                kernels[f"int8_{isa}"] = (product, [flat[0], *weights, flat[1]])
             outputs = {}
             for name, (kernel, kernel_inputs) in kernels.items():
                 kernel(*kernel_inputs)
@@ -167,18 +125,7 @@ def main() -> None:
             }
             line = {n: round(r["cpu_us"], 1) for n, r in results[key].items()}
             print(key, line, "speedup", speedup, "load", os.getloadavg()[0], flush=True)
-    report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "versions": versions(),
-        "settings": vars(args) | {"out": str(args.out)},
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "results": results,
-    }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(args, load_before, results=results)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,13 @@ test_cpu_int8_kquant_dot.py) for one product routed by the compiler's rewrite
 (compiler/int8_activations.py), at static and run-time row counts; and, for a tiny GGUF
 llama whose matrices are Q4_K and Q6_K (as a Q4_K_M file mixes them), Q5_K, Q3_K and
 Q2_K, transformers on the weights it reads from the file itself, with the input of every
-linear layer rounded
-as llama.cpp's Q8_K does (per 256 values: q = nearest_int(x * -127 / v), v the first value
-of largest magnitude, times the fp32 step 1 / (-127 / v)). A K-quant product is exactly
+linear layer rounded as llama.cpp's Q8_K does (per 256 values: q = nearest_int(x * -127 /
+v), v the first value of largest magnitude, times the fp32 step 1 / (-127 / v)). A K-quant
+product is exactly
 the rounded activations times the dequantized weights (the mins' share goes through the
 bsums, which are the rounded values' sums), so no correction is needed; the float path
-(`off`) stays the plain one.
+(`off`) stays the plain one. Both within test_cpu_int8_activations.py's ORACLE_ATOL
+(measured 8e-7 here; logits of magnitude up to ~2).
 """
 
 from __future__ import annotations
@@ -23,34 +24,26 @@ import pytest
 import torch
 import tvm
 from gguf import GGMLQuantizationType as Q
-from gguf_fused_dequant_helpers import PROMPT, greedy, write_quantized_llama
+from gguf_fused_dequant_helpers import PROMPT, write_quantized_llama
 from gguf_synth import load_with_transformers
-from test_cpu_int8_activations import _artifact
+from test_cpu_int8_activations import (
+    NATIVE_ISA,
+    _artifact,
+    assert_paths_equal_their_oracles,
+    needs_int8_dot,
+    routed_library,
+)
 from test_cpu_int8_kquant_dot import BUILDERS, quantize_q8_k_reference
 from transformers import LlamaForCausalLM
 from tvm import relax
-from tvm.relax.frontend import nn
 
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.gguf_repack import repack
 from vllm_tvm.checkpoints.gguf_weights import RawTensor
 from vllm_tvm.checkpoints.weight_formats import FORMATS
-from vllm_tvm.compiler.int8_activations import int8_activations_pass
-from vllm_tvm.compiler.pipeline import lowering_pipeline
-from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.model_defs.quant_linear import QuantWeight
-from vllm_tvm.schedules.cpu_int8_dot import VNNI, int8_dot_isa
 from vllm_tvm.schedules.cpu_int8_kquant_dot import INT8_KQUANT_FORMATS
 
-NATIVE_ISA = int8_dot_isa(resolve_target("llvm").make_target())
-needs_int8_dot = pytest.mark.skipif(NATIVE_ISA is None, reason="no AVX2 / VNNI on this CPU")
 FEATURES, COLUMNS = 32, 512
-STEPS = 8
-
-ORACLE_ATOL = 1e-4
-"""Against transformers with the same rounding of each linear layer's input: what remains
-is fp32 sums in another order (measured 8e-7; logits of magnitude up to ~2), two orders of
-magnitude below what the rounding itself moves (asserted)."""
 
 FLOAT_PATH_RELATIVE_RMS = 0.05
 """The int8 path's logits against the float path's, as the RMS of the difference over the
@@ -58,32 +51,12 @@ RMS of the float logits, per row: the rounding of each activation to its super-b
 step, through two random layers (measured 0.8-0.9 % per row here)."""
 
 
-class _OneProduct(nn.Module):
-    def __init__(self, fmt: str) -> None:
-        self.weight = QuantWeight(FORMATS[fmt], (FEATURES, COLUMNS))
-
-    def forward(self, x: nn.Tensor) -> nn.Tensor:
-        return self.weight.nt_matmul(x, "float32")
-
-
 @needs_int8_dot
 @pytest.mark.parametrize("rows", [1, 5], ids=["static_one_row", "run_time_rows"])
 @pytest.mark.parametrize("qtype", list(BUILDERS), ids=lambda t: t.name)
 def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) -> None:
     fmt = FORMATS[qtype.name.lower()]
-    shape = (1, 1, COLUMNS) if rows == 1 else (1, "n", COLUMNS)
-    mod, _ = _OneProduct(fmt.name).export_tvm(
-        spec={"forward": {"x": nn.spec.Tensor(shape, "float32")}}
-    )
-    mod = int8_activations_pass(NATIVE_ISA)(mod)
-    names = {gv.name_hint for gv in mod.get_global_vars()}
-    assert names == {"forward", "quantize_activations_q8_k", f"int8_dot_{fmt.name}"}
-    target = resolve_target("llvm").make_target()
-    library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
-    assembly = library.mod.imports[0].inspect_source("asm") if library.mod.imports else ""
-    assembly = assembly or library.mod.inspect_source("asm")
-    assert ("vpdpbusd" if NATIVE_ISA == VNNI else "vpmaddubsw") in assembly
-
+    library = routed_library(fmt.name, rows, FEATURES, COLUMNS, "q8_k")
     rng = np.random.default_rng(3)
     data, _ = BUILDERS[qtype](rng, FEATURES, COLUMNS)
     planes = repack(RawTensor(data, qtype, (FEATURES, COLUMNS)), fmt)
@@ -149,15 +122,8 @@ def test_kquant_logits_equal_transformers_with_q8_k_activations(mixed_file: Path
     manifest = read_manifest(_artifact(mixed_file, "on"))
     assert set(INT8_KQUANT_FORMATS) <= {param.format for param in manifest.params}
     assert manifest.cpu_int8_activations == NATIVE_ISA
-    floats = greedy(_artifact(mixed_file, "off"), mixed_file, STEPS)
-    integer = greedy(_artifact(mixed_file, "on"), mixed_file, STEPS, forced=floats.tokens)
-    tokens = [*PROMPT, *floats.tokens[:-1]]
-    oracle = _transformers_logits(mixed_file, tokens, rounded=True)
-    np.testing.assert_allclose(integer.logits, oracle, rtol=0, atol=ORACLE_ATOL)
-    # The float path stays the plain one (the greedy-exact tests' path).
-    plain = _transformers_logits(mixed_file, tokens, rounded=False)
-    np.testing.assert_allclose(floats.logits, plain, rtol=0, atol=ORACLE_ATOL)
-    difference = np.sqrt(((integer.logits - floats.logits) ** 2).mean(axis=1))
-    assert (difference <= FLOAT_PATH_RELATIVE_RMS * np.sqrt((floats.logits**2).mean(axis=1))).all()
-    # The oracle tells the paths apart: the rounding moves logits far more than its bound.
-    assert np.abs(integer.logits - plain).max() > 100 * ORACLE_ATOL
+    assert_paths_equal_their_oracles(
+        mixed_file,
+        lambda tokens, rounded: _transformers_logits(mixed_file, tokens, rounded),
+        FLOAT_PATH_RELATIVE_RMS,
+    )
