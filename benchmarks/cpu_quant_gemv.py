@@ -97,6 +97,8 @@ def arguments(
             arrays.append(rng.integers(0, 1 << 32, size=shape, dtype=np.uint32))
         elif plane.dtype == "int8":
             arrays.append(rng.integers(-128, 128, size=shape, dtype=np.int8))
+        elif plane.dtype == "uint8":  # 6-bit K-quant scales and mins, zero points, exponents
+            arrays.append(rng.integers(0, 64, size=shape, dtype=np.uint8))
         else:
             arrays.append((rng.random(shape) * 0.01).astype(plane.dtype))
     arrays.append(np.zeros((1, rows, out_features), np.float32))
@@ -159,17 +161,24 @@ def main() -> None:
             for n, r in results[key].items()
         }
         print(key, {n: round(r["cpu_us"], 1) for n, r in results[key].items()}, "speedup", line)
+    variants_used = {name: vars(shape) for name, shape in chosen.items()}
+    write_report(args, load_before, variants=variants_used, results=results)
+
+
+def write_report(args: argparse.Namespace, load_before: tuple[float, ...], **fields: Any) -> None:
+    """The run's JSON (date, machine, versions, settings, load averages, `fields`) to
+    `args.out`, when given."""
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "versions": versions(),
         "settings": vars(args) | {"out": str(args.out)},
-        "variants": {name: vars(shape) for name, shape in chosen.items()},
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
-        "results": results,
+        **fields,
     }
     if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1) + "\n")
 
 

@@ -63,11 +63,32 @@ differences are fp32 sums in another order (measured 1.4e-6; logits of magnitude
 
 
 class _OneProduct(nn.Module):
-    def __init__(self, fmt: str) -> None:
-        self.weight = QuantWeight(FORMATS[fmt], (FEATURES, COLUMNS))
+    def __init__(self, fmt: str, features: int, columns: int) -> None:
+        self.weight = QuantWeight(FORMATS[fmt], (features, columns))
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
         return self.weight.nt_matmul(x, "float32")
+
+
+def routed_library(
+    fmt_name: str, rows: int, features: int, columns: int, quantization: str
+) -> relax.VMExecutable:
+    """One `fmt_name` product of `rows` token rows (5: a run-time count), routed by the
+    rewrite to the `quantize_activations_<quantization>` kernel and the integer product,
+    compiled for this machine (its assembly checked for the ISA's dot instruction)."""
+    shape = (1, 1, columns) if rows == 1 else (1, "n", columns)
+    mod, _ = _OneProduct(fmt_name, features, columns).export_tvm(
+        spec={"forward": {"x": nn.spec.Tensor(shape, "float32")}}
+    )
+    mod = int8_activations_pass(NATIVE_ISA)(mod)
+    names = {gv.name_hint for gv in mod.get_global_vars()}
+    assert names == {"forward", f"quantize_activations_{quantization}", f"int8_dot_{fmt_name}"}
+    target = resolve_target("llvm").make_target()
+    library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
+    assembly = library.mod.imports[0].inspect_source("asm") if library.mod.imports else ""
+    assembly = assembly or library.mod.inspect_source("asm")
+    assert ("vpdpbusd" if NATIVE_ISA == VNNI else "vpmaddubsw") in assembly
+    return library
 
 
 @needs_int8_dot
@@ -75,19 +96,8 @@ class _OneProduct(nn.Module):
 @pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
 def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) -> None:
     fmt = FORMATS[qtype.name.lower()]
-    shape = (1, 1, COLUMNS) if rows == 1 else (1, "n", COLUMNS)
-    mod, _ = _OneProduct(fmt.name).export_tvm(
-        spec={"forward": {"x": nn.spec.Tensor(shape, "float32")}}
-    )
-    mod = int8_activations_pass(NATIVE_ISA)(mod)
-    names = {gv.name_hint for gv in mod.get_global_vars()}
     activations = "q8_1" if qtype in WITH_MINS else "q8_0"
-    assert names == {"forward", f"quantize_activations_{activations}", f"int8_dot_{fmt.name}"}
-    target = resolve_target("llvm").make_target()
-    library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
-    assembly = library.mod.imports[0].inspect_source("asm") if library.mod.imports else ""
-    assembly = assembly or library.mod.inspect_source("asm")
-    assert ("vpdpbusd" if NATIVE_ISA == VNNI else "vpmaddubsw") in assembly
+    library = routed_library(fmt.name, rows, FEATURES, COLUMNS, activations)
 
     rng = np.random.default_rng(3)
     data = np.asarray(
@@ -219,17 +229,30 @@ def test_int8_logits_equal_transformers_with_rounded_activations(
 ) -> None:
     """On the Q8_0 file (Q4_0's products are checked one by one above)."""
     model, weights = q8_0_file
+    assert_paths_equal_their_oracles(
+        model,
+        lambda tokens, rounded: _transformers_logits(weights, tokens, rounded),
+        FLOAT_PATH_RELATIVE_RMS,
+    )
+
+
+def assert_paths_equal_their_oracles(
+    model: Path, oracle: Callable[[list[int], bool], np.ndarray], relative: float
+) -> None:
+    """Greedy decode of `model` on the float path (`off`), and the int8 path (`on`) fed the
+    same tokens: the int8 path's logits equal `oracle(tokens, True)` (transformers on
+    rounded inputs), the float path's `oracle(tokens, False)`, within ORACLE_ATOL; the
+    paths differ by at most `relative` (RMS over the float logits' RMS, per row), and by
+    more than the oracle's tolerance, so that the oracle tells them apart."""
     floats = greedy(_artifact(model, "off"), model, STEPS)
     integer = greedy(_artifact(model, "on"), model, STEPS, forced=floats.tokens)
     tokens = [*PROMPT, *floats.tokens[:-1]]
-    oracle = _transformers_logits(weights, tokens, rounded=True)
-    np.testing.assert_allclose(integer.logits, oracle, rtol=0, atol=ORACLE_ATOL)
+    plain = oracle(tokens, False)
+    np.testing.assert_allclose(integer.logits, oracle(tokens, True), rtol=0, atol=ORACLE_ATOL)
     # The float path stays the plain one (the greedy-exact tests' path).
-    plain = _transformers_logits(weights, tokens, rounded=False)
     np.testing.assert_allclose(floats.logits, plain, rtol=0, atol=ORACLE_ATOL)
     difference = np.sqrt(((integer.logits - floats.logits) ** 2).mean(axis=1))
-    assert (difference <= FLOAT_PATH_RELATIVE_RMS * np.sqrt((floats.logits**2).mean(axis=1))).all()
-    # The oracle tells the paths apart: the rounding moves logits far more than its bound.
+    assert (difference <= relative * np.sqrt((floats.logits**2).mean(axis=1))).all()
     assert np.abs(integer.logits - plain).max() > 100 * ORACLE_ATOL
 
 
@@ -288,7 +311,9 @@ def test_auto_follows_the_target_and_the_manifest_records_the_instructions(
         ({"dtype": "float16"}, "dtype 'float16': the integer path takes float32 activations"),
         (
             {"weight_format": "dequantized"},
-            "no weight is kept as one of q8_0, q4_0, q4_1, q5_0, q5_1 (kept quantized: none;",
+            "no weight is kept as one of q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q3_k, "
+            "q2_k "
+            "(kept quantized: none;",
         ),
     ],
 )

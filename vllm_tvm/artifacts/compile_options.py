@@ -38,9 +38,10 @@ GEMM_CHOICES = (GEMM_AUTO, *GEMM_BACKENDS)
 INT8_AUTO, INT8_ON, INT8_OFF = "auto", "on", "off"
 CPU_INT8_ACTIVATION_CHOICES = (INT8_AUTO, INT8_ON, INT8_OFF)
 """`--cpu-int8-activations` values: `on` multiplies the Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
-weights of a CPU build by activations quantized to int8 per block of 32 with the CPU's
-integer dot products (as llama.cpp does; other numerics than the float path), `off` keeps
-the float path, `auto` is `on` where the target has the instructions (AVX-512 VNNI, AVX-VNNI
+weights of a CPU build by activations quantized to int8 per block of 32 (its Q4_K / Q5_K /
+Q6_K weights: per block of 256, llama.cpp's Q8_K) with the CPU's integer dot products (as
+llama.cpp does; other numerics than the float path), `off` keeps the float path, `auto` is
+`on` where the target has the instructions (AVX-512 VNNI, AVX-VNNI
 or AVX2) and the model such weights, else `off` (compiler/int8_activations.py). The default
 is `off` until the path is measured faster than the float one on a quiet machine
 (benchmarks/cpu_peers.py)."""

@@ -1,4 +1,4 @@
-"""Route a CPU build's Q8_0 / Q4_x / Q5_x matmuls to int8 activations and integer dot products.
+"""Route a CPU build's Q8_0 / Q4_x / Q5_x / K-quant matmuls to int8 activations and integer dots.
 
 Why: the fused matmuls of model_defs/quant_linear.py widen each weight to fp32 in registers
 and multiply fp32 activations, one float FMA per weight. With `--cpu-int8-activations on`
@@ -7,9 +7,11 @@ and multiply fp32 activations, one float FMA per weight. With `--cpu-int8-activa
 (Q8_0: fp16 scale, int8 values; for Q4_1 / Q5_1, whose blocks have a min, Q8_1: also
 s = d * sum(q)) and the integer dot product of those with the weight's blocks, one
 instruction for 32 byte products (schedules/cpu_int8_dot.py; VNNI or AVX2, from the
-target's features). The
-numerics change as llama.cpp's do: each activation is rounded to its block's int8 step, so
-logits differ from the float path's (tests/test_cpu_int8_activations.py states the bound);
+target's features). Q4_K / Q5_K / Q6_K products take llama.cpp's Q8_K activations instead
+(per 256 values an fp32 scale, int8 values and the sums of each 16;
+schedules/cpu_int8_kquant_dot.py). The numerics change as llama.cpp's do: each activation
+is rounded to its block's int8 step, so logits differ from the float path's
+(tests/test_cpu_int8_activations.py states the bound);
 products over other weight formats, and every float matmul, stay on the float path.
 
 The rewrite runs in the first phase of the pipeline (pipeline.py), while the matmuls are
@@ -34,16 +36,27 @@ from vllm_tvm.schedules.cpu_int8_dot import (
     BLOCK,
     INT8_DOT_FORMATS,
     OFFSET_FORMATS,
+    Rows,
     int8_dot_isa,
     int8_gemv,
     quantize_activations,
+)
+from vllm_tvm.schedules.cpu_int8_kquant_dot import (
+    INT8_KQUANT_FORMATS,
+    SUPER_BLOCK,
+    int8_kquant_gemv,
+    quantize_activations_q8_k,
 )
 
 ACTIVATION_DTYPE = "float32"
 """The activations (and outputs) the integer path takes: a CPU build's GGUF dtype."""
 
+INTEGER_FORMATS = (*INT8_DOT_FORMATS, *INT8_KQUANT_FORMATS)
+"""Weight formats whose products the integer path takes: Q8_0 / Q8_1 activations for the
+32-value formats, Q8_K for the K-quants."""
+
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
-_QUANT_MATMUL = re.compile(rf"nt_matmul_({'|'.join(INT8_DOT_FORMATS)})\d*")
+_QUANT_MATMUL = re.compile(rf"nt_matmul_({'|'.join(INTEGER_FORMATS)})\d*")
 """quant_linear.py names each product `nt_matmul_<format>` (numbered when repeated)."""
 
 
@@ -52,7 +65,7 @@ def resolve_int8_activations(
 ) -> str:
     """`on` or `off` for the `--cpu-int8-activations` `choice`: `auto` is `on` where it
     applies (a CPU target with integer dot products, dtype float32, some weights kept
-    quantized in INT8_DOT_FORMATS); `on` where it does not is refused, saying which
+    quantized in INTEGER_FORMATS); `on` where it does not is refused, saying which
     condition fails."""
     if choice == INT8_OFF:
         return INT8_OFF
@@ -69,10 +82,10 @@ def _why_not(spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]) ->
         return f"target '{spec.name}' has no integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2)"
     if dtype != ACTIVATION_DTYPE:
         return f"dtype '{dtype}': the integer path takes {ACTIVATION_DTYPE} activations"
-    if not set(weight_formats.values()) & set(INT8_DOT_FORMATS):
+    if not set(weight_formats.values()) & set(INTEGER_FORMATS):
         kept = ", ".join(sorted(set(weight_formats.values()))) or "none"
         return (
-            f"no weight is kept as one of {', '.join(INT8_DOT_FORMATS)} (kept quantized: "
+            f"no weight is kept as one of {', '.join(INTEGER_FORMATS)} (kept quantized: "
             f"{kept}; the integer kernels multiply those formats only)"
         )
     return None
@@ -85,7 +98,7 @@ def int8_activation_isa(choice: str, spec: TargetSpec) -> str | None:
 
 @mutator
 class _Int8Rewriter(PyExprMutator):
-    """Rewrites each float32 `call_tir` of an INT8_DOT_FORMATS product; counts them in
+    """Rewrites each float32 `call_tir` of an INTEGER_FORMATS product; counts them in
     `rewritten`."""
 
     def __init__(self, mod: tvm.IRModule, isa: str) -> None:
@@ -118,8 +131,8 @@ class _Int8Rewriter(PyExprMutator):
     def _integer_product(
         self, fmt: str, x: relax.Expr, planes: list[relax.Expr], out: relax.TensorType
     ) -> relax.Expr:
-        """x's rows quantized per block (with block sums for OFFSET_FORMATS), times the
-        weight `planes` of `fmt` (in the format's plane order), in x's shape."""
+        """x's rows quantized per block (see `_quantization`), times the weight `planes` of
+        `fmt` (in the format's plane order), in x's shape."""
         *leading, columns = x.ty.shape.values
         columns, features = int(columns), int(out.shape.values[-1])
         rows = leading[0]
@@ -128,21 +141,14 @@ class _Int8Rewriter(PyExprMutator):
         rows = self._analyzer.simplify(rows)
         static = int(rows) if isinstance(rows, tirx.IntImm) else None
         kernel_rows = static if static is not None else tirx.Var("rows", "int64")
-        with_sums = fmt in OFFSET_FORMATS
-        quantize = self._kernel(
-            ("quantize", with_sums, static, columns),
-            "quantize_activations_q8_1" if with_sums else "quantize_activations_q8_0",
-            lambda: quantize_activations(kernel_rows, columns, with_sums),
-        )
+        quantize, outputs = self._quantization(fmt, static, kernel_rows, rows, columns)
+        make_product = int8_kquant_gemv if fmt in INT8_KQUANT_FORMATS else int8_gemv
         product = self._kernel(
             (fmt, static, features, columns),
             f"int8_dot_{fmt}",
-            lambda: int8_gemv(fmt, kernel_rows, features, columns, self.isa),
+            lambda: make_product(fmt, kernel_rows, features, columns, self.isa),
         )
         flat = self.builder_.emit(relax.op.reshape(x, relax.ShapeExpr([rows, columns])))
-        per_block = relax.TensorType([rows, columns // BLOCK], "float16")
-        outputs = [relax.TensorType([rows, columns], "int8"), per_block]
-        outputs += [per_block] if with_sums else []
         quantized = self.builder_.emit(relax.call_tir(quantize, [flat], outputs))
         activations = [relax.TupleGetItem(quantized, i) for i in range(len(outputs))]
         result = self.builder_.emit(
@@ -154,9 +160,35 @@ class _Int8Rewriter(PyExprMutator):
         )
         return relax.op.reshape(result, out.shape)
 
+    def _quantization(
+        self, fmt: str, static: int | None, kernel_rows: Rows, rows: tirx.Expr, columns: int
+    ) -> tuple[tvm.ir.GlobalVar, list[relax.TensorType]]:
+        """The activation quantization `fmt`'s product takes (Q8_K for the K-quants, Q8_1
+        for OFFSET_FORMATS, else Q8_0), and the types of its outputs."""
+        if fmt in INT8_KQUANT_FORMATS:
+            quantize = self._kernel(
+                ("quantize_q8_k", static, columns),
+                "quantize_activations_q8_k",
+                lambda: quantize_activations_q8_k(kernel_rows, columns),
+            )
+            return quantize, [
+                relax.TensorType([rows, columns], "int8"),
+                relax.TensorType([rows, columns // SUPER_BLOCK], "float32"),
+                relax.TensorType([rows, columns // 16], "int16"),
+            ]
+        with_sums = fmt in OFFSET_FORMATS
+        quantize = self._kernel(
+            ("quantize", with_sums, static, columns),
+            "quantize_activations_q8_1" if with_sums else "quantize_activations_q8_0",
+            lambda: quantize_activations(kernel_rows, columns, with_sums),
+        )
+        per_block = relax.TensorType([rows, columns // BLOCK], "float16")
+        outputs = [relax.TensorType([rows, columns], "int8"), per_block]
+        return quantize, outputs + ([per_block] if with_sums else [])
+
 
 def int8_activations_pass(isa: str) -> tvm.transform.Pass:
-    """The module pass that routes INT8_DOT_FORMATS products to `isa`'s integer kernels (the
+    """The module pass that routes INTEGER_FORMATS products to `isa`'s integer kernels (the
     float kernels no call uses any more are dropped)."""
 
     def rewrite(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
