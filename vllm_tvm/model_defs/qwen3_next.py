@@ -146,16 +146,19 @@ class HybridEmbeddingsAndHead(PagedCausalLM):
     and the gated attention's partial rotary in the paged KV cache."""
 
     def __init__(
-        self, config: HybridConfig, dtype: str, target: Target, attention: str, body: nn.Module
+        self, config: HybridConfig, dtype: str, target: Target, attention: str = "tir"
     ) -> None:
-        """`body`: the network `model` (it holds `embed_tokens`)."""
         super().__init__(config, dtype, target, attention)
-        self.model = body
+        self.model = self._make_body(config, dtype)
         self.lm_head = (
             None
             if config.tie_word_embeddings
             else NTLinear(config.hidden_size, config.vocab_size, False, dtype)
         )
+
+    def _make_body(self, config: HybridConfig, dtype: str) -> nn.Module:
+        """The network `model` (it holds `embed_tokens`)."""
+        raise NotImplementedError
 
     def embed(self, input_ids: Tensor) -> Tensor:
         return self.model.embed_tokens(input_ids)
@@ -181,7 +184,11 @@ class HybridForCausalLM(HybridEmbeddingsAndHead):
         kernels: RecurrentKernels,
     ) -> None:
         """`kernels`: the delta-rule and conv kernels built for `target` (by the compiler)."""
-        super().__init__(config, dtype, target, attention, HybridModel(config, dtype, kernels))
+        self._kernels = kernels
+        super().__init__(config, dtype, target, attention)
+
+    def _make_body(self, config: HybridConfig, dtype: str) -> nn.Module:
+        return HybridModel(config, dtype, self._kernels)
 
     def cache_layers(self) -> dict[str, Any]:
         """The KV cache holds the full-attention layers only."""

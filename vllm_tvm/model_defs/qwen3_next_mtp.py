@@ -29,7 +29,6 @@ from typing import Any
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache
-from tvm.target import Target
 
 from vllm_tvm.model_defs.config import FULL_ATTENTION
 from vllm_tvm.model_defs.gated_attention import ZeroCentredRMSNorm
@@ -88,14 +87,8 @@ class HybridMTPBody(nn.Module):
 class HybridMTP(HybridEmbeddingsAndHead):
     """The exported MTP layer (module doc)."""
 
-    def __init__(
-        self,
-        config: HybridConfig,
-        dtype: str,
-        target: Target,
-        attention: str = "tir",
-    ) -> None:
-        super().__init__(config, dtype, target, attention, HybridMTPBody(config, dtype))
+    def _make_body(self, config: HybridConfig, dtype: str) -> nn.Module:
+        return HybridMTPBody(config, dtype)
 
     def cache_layers(self) -> dict[str, Any]:
         """The head's own cache holds its one attention layer."""
