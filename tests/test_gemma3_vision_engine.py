@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import assert_all_blocks_free
+from transformers_greedy import greedy_tokens
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.engine.intake import PromptTooLongError
@@ -73,17 +74,13 @@ def _oracle_tokens(oracle, checkpoint, expanded_ids: list[int], images) -> list[
     pixel_values = processor([image.pixels for image in images], return_tensors="pt")[
         "pixel_values"
     ]
-    ids = torch.tensor([expanded_ids])
-    with torch.no_grad():
-        out = oracle.generate(
-            input_ids=ids,
-            pixel_values=pixel_values,
-            token_type_ids=(ids == checkpoint.image_token_id).long(),
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-        )
-    return out[0, len(expanded_ids) :].tolist()
+    return greedy_tokens(
+        oracle,
+        expanded_ids,
+        NEW_TOKENS,
+        pixel_values=pixel_values,
+        image_token_id=checkpoint.image_token_id,
+    )
 
 
 def test_greedy_tokens_with_images_equal_transformers(

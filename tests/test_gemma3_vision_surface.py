@@ -25,6 +25,7 @@ import pytest
 import torch
 from PIL import Image
 from server_helpers import LiveServer
+from transformers_greedy import greedy_tokens
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.entrypoints.llm import LLM
@@ -107,17 +108,14 @@ def test_llm_chat_with_an_image_equals_transformers(llm: LLM, tiny_gemma3_vlm) -
     oracle.generation_config.pad_token_id = 0
     processor = transformers.Gemma3ImageProcessor.from_pretrained(checkpoint)
     pixel_values = processor([Image.open(io.BytesIO(png))], return_tensors="pt")["pixel_values"]
-    tokens = torch.tensor([ids])
-    with torch.no_grad():
-        expected = oracle.generate(
-            input_ids=tokens,
-            pixel_values=pixel_values,
-            token_type_ids=(tokens == tiny_gemma3_vlm.image_token_id).long(),
-            attention_mask=torch.ones_like(tokens),
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-        )[0, len(ids) :]
-    assert list(ours.outputs[0].token_ids) == expected.tolist()
+    expected = greedy_tokens(
+        oracle,
+        ids,
+        NEW_TOKENS,
+        pixel_values=pixel_values,
+        image_token_id=tiny_gemma3_vlm.image_token_id,
+    )
+    assert list(ours.outputs[0].token_ids) == expected
 
 
 def test_openai_client_sends_images_through_serve(llm: LLM, server) -> None:
