@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from h200_engine_check import MAX_TOKENS, check_artifact, oracle_tokens, prompts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from transformers_greedy import greedy_tokens
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -38,20 +42,6 @@ def _transformers_bf16(model_dir: Path) -> Any:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
-
-
-def _greedy(model: Any, ids: list[int], new_tokens: int) -> list[int]:
-    prompt = torch.tensor([ids], device="cuda")
-    with torch.no_grad():
-        out = model.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            max_new_tokens=new_tokens,
-            do_sample=False,
-            eos_token_id=None,
-            pad_token_id=0,
-        )
-    return out[0, len(ids) :].tolist()
 
 
 def _timed(run: Any) -> float:
@@ -76,7 +66,8 @@ def _speed(prefill: Any, decode: Any) -> dict[str, float]:
 
 def _transformers_speed(model: Any, prompt: list[int]) -> dict[str, float]:
     return _speed(
-        lambda: _greedy(model, prompt, 1), lambda: _greedy(model, prompt, DECODE_TOKENS + 1)
+        lambda: greedy_tokens(model, prompt, 1),
+        lambda: greedy_tokens(model, prompt, DECODE_TOKENS + 1),
     )
 
 
@@ -94,7 +85,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in report["engine"].items() if "tokens" not in k}))
 
     hf = _transformers_bf16(args.model)
-    bf16 = [_greedy(hf, ids, MAX_TOKENS) for ids in prompt_ids]
+    bf16 = [greedy_tokens(hf, ids, MAX_TOKENS) for ids in prompt_ids]
     ours = report["engine"]["tokens"]["sequential"]
     report["transformers_bf16_tokens"] = bf16
     report["requests_equal_transformers_bf16"] = sum(

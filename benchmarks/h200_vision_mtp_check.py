@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 TARGET = "cuda:sm_90a"
 VISION_DTYPES = ("float32", "bfloat16")
@@ -103,6 +106,7 @@ def _image_features(hf: Any, pixel_values: Any) -> Any:
 def check_vision(root: Path, dtype: str) -> dict[str, Any]:
     import torch
     import transformers
+    from transformers_greedy import greedy_tokens
 
     from vllm_tvm.entrypoints.llm import LLM
     from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
@@ -129,19 +133,13 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
         request_id = llm.engine.add_request(None, ids, greedy, images=decoded)
         output = _finished(llm)[request_id]
         expanded = list(output.prompt_token_ids)
-        tensor = torch.tensor([expanded], device="cuda")
-        with torch.no_grad():
-            out = hf.generate(
-                input_ids=tensor,
-                pixel_values=pixel_values.cuda(),
-                token_type_ids=(tensor == tokens_of["image"]).long(),
-                attention_mask=torch.ones_like(tensor),
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-        theirs = out[0, len(expanded) :].tolist()
+        theirs = greedy_tokens(
+            hf,
+            expanded,
+            NEW_TOKENS,
+            pixel_values=pixel_values.cuda(),
+            image_token_id=tokens_of["image"],
+        )
         ours = list(output.outputs[0].token_ids)
         report["rows"].append(
             {"images": len(images), "equal": ours == theirs, "ours": ours, "transformers": theirs}
@@ -162,6 +160,7 @@ def _finished(llm: Any) -> dict[str, Any]:
 def check_mtp(root: Path) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers_greedy import greedy_continuations
 
     from vllm_tvm.entrypoints.llm import LLM
     from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -170,19 +169,7 @@ def check_mtp(root: Path) -> dict[str, Any]:
     model = root / HYBRID
     prompts = json.loads((model / "prompts.json").read_text())
     hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).cuda().eval()
-    expected = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([prompt], device="cuda")
-            out = hf.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-            expected.append(out[0, len(prompt) :].tolist())
+    expected = greedy_continuations(hf, prompts, NEW_TOKENS)
     del hf
     greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     common = {"device": "cuda", "show_progress": False, "skip_tokenizer_init": True}

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers_greedy import greedy_tokens
 
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 
@@ -41,17 +42,13 @@ def oracle_tokens(
     pixel_values = processor([image.pixels for image in images], return_tensors="pt")[
         "pixel_values"
     ]
-    ids = torch.tensor([expanded_ids])
-    with torch.no_grad():
-        out = oracle.generate(
-            input_ids=ids,
-            pixel_values=pixel_values,
-            token_type_ids=(ids == checkpoint.image_token_id).long(),
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return out[0, len(expanded_ids) :].tolist()
+    return greedy_tokens(
+        oracle,
+        expanded_ids,
+        new_tokens,
+        pixel_values=pixel_values,
+        image_token_id=checkpoint.image_token_id,
+    )
 
 
 def run_to_completion(llm: Any) -> dict:

@@ -55,6 +55,11 @@ def random_hf_model(model_cls: type, config: Any, seed: int = 0) -> dict[str, np
     return {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
 
 
+def model_arch(arch: str) -> gguf.MODEL_ARCH:
+    """The ``gguf`` package's architecture enum of a ``general.architecture`` name."""
+    return next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+
+
 def gguf_name(hf_name: str, arch: gguf.MODEL_ARCH, n_layers: int) -> str:
     """GGUF name of an HF tensor per the ``gguf`` package's tensor name map."""
     base, suffix = hf_name.rsplit(".", 1)
@@ -67,33 +72,55 @@ def _f16(rng: np.random.Generator, shape: tuple[int, ...], scale: float) -> np.n
     return (rng.uniform(0.2, 1.0, shape) * scale).astype(np.float16)
 
 
+@dataclass
+class _BlocksWithMins:
+    """Random super-blocks of a K-quant with a min per group (Q2_K, Q4_K, Q5_K): scale `d`
+    and min scale `dmin` per block, a scale `sc` and min `mn` per group, the quants `q`,
+    and their exact float32 values d * sc * q - dmin * mn."""
+
+    d: np.ndarray
+    dmin: np.ndarray
+    sc: np.ndarray
+    mn: np.ndarray
+    q: np.ndarray
+    values: np.ndarray
+
+
+def _blocks_with_mins(
+    rng: np.random.Generator, nb: int, d_scale: float, groups: int, scale_levels: int, levels: int
+) -> _BlocksWithMins:
+    """`nb` blocks of `groups` groups, scales and mins below `scale_levels`, quants below
+    `levels` (drawn in this order: d, dmin, sc, mn, q)."""
+    d, dmin = _f16(rng, (nb, 1), d_scale), _f16(rng, (nb, 1), d_scale)
+    sc = rng.integers(0, scale_levels, (nb, groups))
+    mn = rng.integers(0, scale_levels, (nb, groups))
+    q = rng.integers(0, levels, (nb, QK_K))
+    group = QK_K // groups
+    values = _k_values(d, sc, q, group) - _k_values(dmin, mn, np.ones_like(q), group)
+    return _BlocksWithMins(d, dmin, sc, mn, q, values)
+
+
 def q4_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
     """Random Q4_K rows: (bytes [rows, 144 * cols / 256], exact float32 values)."""
-    nb = rows * cols // QK_K
-    d, dmin = _f16(rng, (nb, 1), 0.01), _f16(rng, (nb, 1), 0.01)
-    sc, mn = rng.integers(0, 64, (nb, 8)), rng.integers(0, 64, (nb, 8))
-    q = rng.integers(0, 16, (nb, QK_K))
-    values = _k_values(d, sc, q, 32) - _k_values(dmin, mn, np.ones_like(q), 32)
+    b = _blocks_with_mins(rng, rows * cols // QK_K, 0.01, groups=8, scale_levels=64, levels=16)
     blocks = np.concatenate(
-        [d.view(np.uint8), dmin.view(np.uint8), _k_scales(sc, mn), _nibbles(q)], axis=1
+        [b.d.view(np.uint8), b.dmin.view(np.uint8), _k_scales(b.sc, b.mn), _nibbles(b.q)], axis=1
     )
-    return blocks.reshape(rows, -1), values.reshape(rows, cols)
+    return blocks.reshape(rows, -1), b.values.reshape(rows, cols)
 
 
 def q5_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
     """Random Q5_K rows: (bytes [rows, 176 * cols / 256], exact float32 values)."""
     nb = rows * cols // QK_K
-    d, dmin = _f16(rng, (nb, 1), 0.01), _f16(rng, (nb, 1), 0.01)
-    sc, mn = rng.integers(0, 64, (nb, 8)), rng.integers(0, 64, (nb, 8))
-    q = rng.integers(0, 32, (nb, QK_K))
-    values = _k_values(d, sc, q, 32) - _k_values(dmin, mn, np.ones_like(q), 32)
+    b = _blocks_with_mins(rng, nb, 0.01, groups=8, scale_levels=64, levels=32)
     # qh[l] bit s is the fifth bit of element 32 s + l.
-    high = (q >> 4).reshape(nb, 8, 32)
+    high = (b.q >> 4).reshape(nb, 8, 32)
     qh = (high << np.arange(8)[None, :, None]).sum(axis=1).astype(np.uint8)
+    scales = _k_scales(b.sc, b.mn)
     blocks = np.concatenate(
-        [d.view(np.uint8), dmin.view(np.uint8), _k_scales(sc, mn), qh, _nibbles(q & 15)], axis=1
+        [b.d.view(np.uint8), b.dmin.view(np.uint8), scales, qh, _nibbles(b.q & 15)], axis=1
     )
-    return blocks.reshape(rows, -1), values.reshape(rows, cols)
+    return blocks.reshape(rows, -1), b.values.reshape(rows, cols)
 
 
 def q6_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
@@ -123,14 +150,12 @@ def q6_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarra
 
 def q2_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
     """Random Q2_K rows: (bytes [rows, 84 * cols / 256], exact float32 values)."""
-    nb = rows * cols // QK_K
-    d, dmin = _f16(rng, (nb, 1), 0.2), _f16(rng, (nb, 1), 0.2)
-    sc, mn = rng.integers(0, 16, (nb, 16)), rng.integers(0, 16, (nb, 16))
-    q = rng.integers(0, 4, (nb, QK_K))
-    values = _k_values(d, sc, q, 16) - _k_values(dmin, mn, np.ones_like(q), 16)
-    scales = (sc | mn << 4).astype(np.uint8)
-    blocks = np.concatenate([scales, _crumbs(q), d.view(np.uint8), dmin.view(np.uint8)], axis=1)
-    return blocks.reshape(rows, -1), values.reshape(rows, cols)
+    b = _blocks_with_mins(rng, rows * cols // QK_K, 0.2, groups=16, scale_levels=16, levels=4)
+    scales = (b.sc | b.mn << 4).astype(np.uint8)
+    blocks = np.concatenate(
+        [scales, _crumbs(b.q), b.d.view(np.uint8), b.dmin.view(np.uint8)], axis=1
+    )
+    return blocks.reshape(rows, -1), b.values.reshape(rows, cols)
 
 
 def q3_k_rows(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
@@ -292,7 +317,7 @@ def convert(
     ``qtypes`` picks the quant type per HF name (F32 by default; 1-D tensors stay F32).
     """
     rng = np.random.default_rng(seed)
-    model_arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+    arch_enum = model_arch(arch)
     heads = {"q_proj": config.num_attention_heads, "k_proj": config.num_key_value_heads}
     out = Conversion([], {}, {})
     for hf_name, values in state_dict.items():
@@ -304,7 +329,7 @@ def convert(
         module = hf_name.split(".")[-2]
         if arch == "llama" and module in heads:
             stored = llama_cpp_permute(stored, heads[module])
-        name = gguf_name(hf_name, model_arch, config.num_hidden_layers)
+        name = gguf_name(hf_name, arch_enum, config.num_hidden_layers)
         out.tensors.append(SynthTensor(name, stored, qtype))
     return out
 

@@ -16,7 +16,7 @@ from typing import Any
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from gguf_synth import SynthTensor, gguf_name, llama_cpp_permute, model_metadata
+from gguf_synth import SynthTensor, gguf_name, llama_cpp_permute, model_arch, model_metadata
 
 _EXPERT = re.compile(r"(.+)\.experts\.(\d+)\.(\w+)\.weight")
 
@@ -36,6 +36,28 @@ def stack_experts(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for name, experts in stacks.items():
         merged[name] = np.stack([experts[e] for e in range(len(experts))])
     return merged
+
+
+def unstack_experts(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The inverse of `stack_experts`: each [experts, out, in] stack back as one HF tensor per
+    expert (`...experts.E.gate_proj.weight`); the rest as is."""
+    unstacked: dict[str, np.ndarray] = {}
+    for name, values in state.items():
+        block, found, projection = name.rpartition(".experts.")
+        if not found:
+            unstacked[name] = values
+            continue
+        for expert, rows in enumerate(values):
+            unstacked[f"{block}.experts.{expert}.{projection}"] = rows
+    return unstacked
+
+
+def stored_tensors(state: dict[str, np.ndarray], config: Any) -> dict[str, np.ndarray]:
+    """The HF tensors the converter writes, experts stacked: all but a tied `lm_head`."""
+    stacked = stack_experts(state)
+    if config.tie_word_embeddings:
+        stacked.pop("lm_head.weight", None)
+    return stacked
 
 
 def _split_kv_b(name: str, values: np.ndarray, config: Any) -> dict[str, np.ndarray]:
@@ -64,12 +86,10 @@ def convert_experts(
 
     Matrices are stored in `qtype`; routers and 1-D tensors in F32, as the converter does.
     """
-    model_arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+    arch_enum = model_arch(arch)
     tensors: list[SynthTensor] = []
     restored: dict[str, np.ndarray] = {}
-    for name, values in stack_experts(state).items():
-        if name == "lm_head.weight" and config.tie_word_embeddings:
-            continue
+    for name, values in stored_tensors(state, config).items():
         parts = {name: values}
         if split_kv_b and name.endswith("kv_b_proj.weight"):
             parts = _split_kv_b(name, values, config)
@@ -84,7 +104,7 @@ def convert_experts(
                 stored = llama_cpp_permute(stored, heads)
             mapped = part_name.replace("e_score_correction_bias", "e_score_correction.bias")
             layers = config.num_hidden_layers
-            tensors.append(SynthTensor(gguf_name(mapped, model_arch, layers), stored, stored_type))
+            tensors.append(SynthTensor(gguf_name(mapped, arch_enum, layers), stored, stored_type))
     return tensors, _unmerged(restored)
 
 
@@ -99,14 +119,8 @@ def _unmerged(restored: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             joined = np.concatenate([values.transpose(0, 2, 1), v_b], axis=1)
             state[name.replace("k_b_proj", "kv_b_proj")] = joined.reshape(-1, values.shape[1])
             continue
-        block, found, projection = name.rpartition(".experts.")
-        if not found:
-            state[name] = values
-            continue
-        projection = projection.removesuffix(".weight")
-        for expert, rows in enumerate(values):
-            state[f"{block}.experts.{expert}.{projection}.weight"] = rows
-    return state
+        state[name] = values
+    return unstack_experts(state)
 
 
 def moe_metadata(arch: str, config: Any) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from typing import Any
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from gguf_synth import SynthTensor
-from gguf_synth_experts import stack_experts
+from gguf_synth import SynthTensor, model_arch
+from gguf_synth_experts import stored_tensors, unstack_experts
 
 from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT
 
@@ -104,18 +104,16 @@ def convert_hybrid(
     """GGUF tensors of a hybrid model, and the HF tensors the file holds (what a correct
     reader returns; `A_log` as the original, within float32 rounding)."""
     arch_name = GGUF_ARCH[architecture]
-    model_arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch_name)
+    arch_enum = model_arch(arch_name)
     tensors: list[SynthTensor] = []
     held: dict[str, np.ndarray] = {}
-    for name, values in stack_experts(state).items():
-        if name == "lm_head.weight" and config.tie_word_embeddings:
-            continue
+    for name, values in stored_tensors(state, config).items():
         stored_type = Q.F32 if values.ndim < 2 or name.endswith(_F32_SUFFIXES) else qtype
         for gguf_side, part in _converted(name, values, architecture, config, legacy):
             stored = gguf.quants.quantize(np.ascontiguousarray(part, np.float32), stored_type)
             layers = config.num_hidden_layers
             tensors.append(
-                SynthTensor(_gguf_name(gguf_side, model_arch, layers), stored, stored_type)
+                SynthTensor(_gguf_name(gguf_side, arch_enum, layers), stored, stored_type)
             )
         if name.endswith("A_log") or stored_type == Q.F32:
             restored = values.astype(np.float32)
@@ -125,19 +123,7 @@ def convert_hybrid(
         if name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight"):
             restored = (restored + np.float32(1)) - np.float32(1)
         held[name] = restored
-    return tensors, _per_expert(held)
-
-
-def _per_expert(held: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    state: dict[str, np.ndarray] = {}
-    for name, values in held.items():
-        block, found, projection = name.rpartition(".experts.")
-        if not found:
-            state[name] = values
-            continue
-        for expert, rows in enumerate(values):
-            state[f"{block}.experts.{expert}.{projection}"] = rows
-    return state
+    return tensors, unstack_experts(held)
 
 
 def hybrid_metadata(architecture: str, config: Any) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Tiny random hybrid checkpoints (Qwen3-Next, Qwen3.5, Qwen3.5-MoE) as transformers builds
 them: the oracle models of the hybrid tests, on shapes that exercise GQA, partial rotary,
-tied and untied heads, a shared expert and alternating linear / full layers; their greedy
-continuations; and the MTP layer transformers does not model, written into a saved
-checkpoint under `mtp.` as vLLM reads it."""
+tied and untied heads, a shared expert and alternating linear / full layers; and the MTP
+layer transformers does not model, written into a saved checkpoint under `mtp.` as vLLM
+reads it."""
 
 from __future__ import annotations
 
@@ -74,26 +74,6 @@ def hf_hybrid_model(architecture: str, **overrides: Any) -> torch.nn.Module:
             if name.endswith("A_log"):
                 param.copy_(torch.log(torch.rand(param.shape, generator=generator) * 4 + 0.5))
     return model.float().eval()
-
-
-def greedy_continuations(
-    hf: torch.nn.Module, prompts: list[list[int]], new_tokens: int
-) -> list[list[int]]:
-    """transformers' greedy `generate` of each prompt alone (no EOS)."""
-    out_tokens = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([prompt])
-            out = hf.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=new_tokens,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-            out_tokens.append(out[0, len(prompt) :].tolist())
-    return out_tokens
 
 
 def add_mtp_layer(directory: Path, hf: torch.nn.Module) -> None:

@@ -80,11 +80,11 @@ def test_pass_swaps_the_kernel_and_keeps_its_symbol() -> None:
     module = _module_with_stock_kernel(D)
     swapped = ReplaceCPURaggedPrefill(module)
     kernel = swapped[KERNEL_NAME]
-    assert kernel.attrs["tir.is_scheduled"]
+    assert kernel.attrs["tirx.is_scheduled"]
     assert kernel.attrs["global_symbol"] == "batch_prefill_ragged_kv"
     assert "T.parallel" in kernel.script()
     assert "T.parallel" not in module[KERNEL_NAME].script()
-    assert "tir.is_scheduled" not in (module[KERNEL_NAME].attrs or {})  # input left as it was
+    assert "tirx.is_scheduled" not in (module[KERNEL_NAME].attrs or {})  # input left as it was
 
 
 def test_pass_keeps_tvms_kernel_for_an_unsupported_head_dim() -> None:

@@ -97,7 +97,7 @@ N = 1 << 16
 def _exp2_and_tanh(
     x: T.Buffer((N,), "float32"), exp2: T.Buffer((N,), "float32"), tanh: T.Buffer((N,), "float32")
 ):
-    T.func_attr({"tir.is_scheduled": True})
+    T.func_attr({"tirx.is_scheduled": True})
     for outer in T.serial(N // 16):
         for lane in T.vectorized(16):
             exp2[outer * 16 + lane] = vector_math.exp2(x[outer * 16 + lane])

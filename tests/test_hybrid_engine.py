@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 from engine_helpers import assert_all_blocks_free
-from hybrid_checkpoints import SHAPE, greedy_continuations, hf_hybrid_model
+from hybrid_checkpoints import SHAPE, hf_hybrid_model
+from transformers_greedy import greedy_continuations
 
 from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT
 from vllm_tvm.entrypoints.llm import LLM

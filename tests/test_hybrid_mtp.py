@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import assert_all_blocks_free
-from hybrid_checkpoints import SHAPE, add_mtp_layer, greedy_continuations, hf_hybrid_model
+from hybrid_checkpoints import SHAPE, add_mtp_layer, hf_hybrid_model
 from safetensors.torch import load_file
 from speculative_scenarios import assert_head_cache_empty
+from transformers_greedy import greedy_continuations
 
 from vllm_tvm.artifacts.speculative_roles import HYBRID_MTP_ARCHITECTURE, MTP_HEAD
 from vllm_tvm.checkpoints.families.qwen3_next import QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT

@@ -6,7 +6,6 @@ vllm-tvm at, and transformers on the same files is the oracle.
 
 from __future__ import annotations
 
-import this
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,34 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+ZEN_OF_PYTHON = (
+    "The Zen of Python, by Tim Peters\n"
+    "\n"
+    "Beautiful is better than ugly.\n"
+    "Explicit is better than implicit.\n"
+    "Simple is better than complex.\n"
+    "Complex is better than complicated.\n"
+    "Flat is better than nested.\n"
+    "Sparse is better than dense.\n"
+    "Readability counts.\n"
+    "Special cases aren't special enough to break the rules.\n"
+    "Although practicality beats purity.\n"
+    "Errors should never pass silently.\n"
+    "Unless explicitly silenced.\n"
+    "In the face of ambiguity, refuse the temptation to guess.\n"
+    "There should be one-- and preferably only one --obvious way to do it.\n"
+    "Although that way may not be obvious at first unless you're Dutch.\n"
+    "Now is better than never.\n"
+    "Although never is often better than *right* now.\n"
+    "If the implementation is hard to explain, it's a bad idea.\n"
+    "If the implementation is easy to explain, it may be a good idea.\n"
+    "Namespaces are one honking great idea -- let's do more of those!"
+)
+"""PEP 20's text, plain English prose for the tokenizer's corpus (written out here: the
+`this` module that holds it prints it when imported)."""
+
 CORPUS = [
-    "".join(this.d.get(c, c) for c in this.s),
+    ZEN_OF_PYTHON,
     "Once upon a time there was a little compiler that turned models into fast code. "
     "The quick brown fox jumps over the lazy dog; 0123456789 + - * / = ? ! (ok) [yes] {no}.",
     "Paged attention keeps keys and values in blocks; a scheduler batches requests together.",

@@ -26,12 +26,13 @@ of them): left unread, as the checkpoints' `mtp.*` tensors are. The files have n
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from vllm_tvm.checkpoints.families.llama import BLOCK_TENSORS, DENSE_FFN, QK_NORM
-from vllm_tvm.checkpoints.family_spec import GGUFArchitecture, GGUFKey
+from vllm_tvm.checkpoints.family_spec import GGUFArchitecture, GGUFKey, GGUFTensorViews
 from vllm_tvm.checkpoints.gguf_expert_config import per_model_count
 from vllm_tvm.checkpoints.gguf_expert_tensors import (
     PROJECTIONS,
@@ -235,39 +236,56 @@ def qwen3next_views(config: dict[str, Any], names: list[str]) -> dict[str, Tenso
     return views
 
 
+def _delta_net_architecture(
+    gguf_name: str,
+    hf_architecture: str,
+    tensors: Mapping[str, str],
+    *,
+    experts: bool,
+    views: GGUFTensorViews,
+    mtp_blocks_key: str | None,
+) -> GGUFArchitecture:
+    """One of the three: every norm but OFFSET_FREE_NORMS stored with llama.cpp's + 1."""
+    return GGUFArchitecture(
+        gguf_name,
+        hf_architecture,
+        tensors,
+        config_body=_config_body(hf_architecture, experts=experts),
+        tensor_views=views,
+        mtp_blocks_key=mtp_blocks_key,
+        norm_weight_offset=1.0,
+        offset_free_norms=OFFSET_FREE_NORMS,
+    )
+
+
 def delta_net_architectures(
     qwen3_next: str, qwen3_5: str, qwen3_5_moe: str
 ) -> tuple[GGUFArchitecture, ...]:
     """The three GGUF architectures, as the HF classes they become."""
     dense = {k: BLOCK_TENSORS[k] for k in DENSE_FFN}
     return (
-        GGUFArchitecture(
+        _delta_net_architecture(
             "qwen3next",
             qwen3_next,
             QWEN3NEXT_TENSORS,
-            config_body=_config_body(qwen3_next, experts=True),
-            tensor_views=qwen3next_views,
-            norm_weight_offset=1.0,
-            offset_free_norms=OFFSET_FREE_NORMS,
+            experts=True,
+            views=qwen3next_views,
+            mtp_blocks_key=None,
         ),
-        GGUFArchitecture(
+        _delta_net_architecture(
             "qwen35",
             qwen3_5,
             {**QWEN35_TENSORS, **dense},
-            config_body=_config_body(qwen3_5, experts=False),
-            tensor_views=qwen35_views,
+            experts=False,
+            views=qwen35_views,
             mtp_blocks_key=MTP_BLOCKS,
-            norm_weight_offset=1.0,
-            offset_free_norms=OFFSET_FREE_NORMS,
         ),
-        GGUFArchitecture(
+        _delta_net_architecture(
             "qwen35moe",
             qwen3_5_moe,
             {**QWEN35_TENSORS, **_EXPERTS},
-            config_body=_config_body(qwen3_5_moe, experts=True),
-            tensor_views=qwen35_views,
+            experts=True,
+            views=qwen35_views,
             mtp_blocks_key=MTP_BLOCKS,
-            norm_weight_offset=1.0,
-            offset_free_norms=OFFSET_FREE_NORMS,
         ),
     )

@@ -140,7 +140,38 @@ class HybridModel(nn.Module):
         return self.norm(hidden)
 
 
-class HybridForCausalLM(PagedCausalLM):
+class HybridEmbeddingsAndHead(PagedCausalLM):
+    """What the hybrid decoder and its MTP layer (qwen3_next_mtp.py) export alike, written
+    once: embeddings from `model.embed_tokens`, an LM head of its own or tied to that table,
+    and the gated attention's partial rotary in the paged KV cache."""
+
+    def __init__(
+        self, config: HybridConfig, dtype: str, target: Target, attention: str = "tir"
+    ) -> None:
+        super().__init__(config, dtype, target, attention)
+        self.model = self._make_body(config, dtype)
+        self.lm_head = (
+            None
+            if config.tie_word_embeddings
+            else NTLinear(config.hidden_size, config.vocab_size, False, dtype)
+        )
+
+    def _make_body(self, config: HybridConfig, dtype: str) -> nn.Module:
+        """The network `model` (it holds `embed_tokens`)."""
+        raise NotImplementedError
+
+    def embed(self, input_ids: Tensor) -> Tensor:
+        return self.model.embed_tokens(input_ids)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return nt_matmul(hidden, weight, out_dtype="float32")
+
+    def cache_rope(self) -> dict[str, Any]:
+        return self.config.attention_options().cache_rope()
+
+
+class HybridForCausalLM(HybridEmbeddingsAndHead):
     """The exported model: the paged contract plus slots and state pools (module docstring)."""
 
     def __init__(
@@ -153,23 +184,11 @@ class HybridForCausalLM(PagedCausalLM):
         kernels: RecurrentKernels,
     ) -> None:
         """`kernels`: the delta-rule and conv kernels built for `target` (by the compiler)."""
+        self._kernels = kernels
         super().__init__(config, dtype, target, attention)
-        self.model = HybridModel(config, dtype, kernels)
-        self.lm_head = (
-            None
-            if config.tie_word_embeddings
-            else NTLinear(config.hidden_size, config.vocab_size, False, dtype)
-        )
 
-    def embed(self, input_ids: Tensor) -> Tensor:
-        return self.model.embed_tokens(input_ids)
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return nt_matmul(hidden, weight, out_dtype="float32")
-
-    def cache_rope(self) -> dict[str, Any]:
-        return self.config.attention_options().cache_rope()
+    def _make_body(self, config: HybridConfig, dtype: str) -> nn.Module:
+        return HybridModel(config, dtype, self._kernels)
 
     def cache_layers(self) -> dict[str, Any]:
         """The KV cache holds the full-attention layers only."""
@@ -192,11 +211,12 @@ class HybridForCausalLM(PagedCausalLM):
         recurrent_states: States,
     ) -> tuple[Tensor, PagedKVCache, States, States]:
         """Ragged prefill (sequence b at rows seq_starts[b] .. seq_starts[b + 1], its state
-        at slots[b]); fp32 logits at `logit_positions`, the updated pools."""
-        states = RecurrentBatch(slots, seq_starts, conv_states, recurrent_states)
-        hidden = self.model(input_embed, kv_cache, states)
-        logits = self.logits(op.take(hidden, logit_positions, axis=1))
-        return logits, kv_cache, tuple(states.conv), tuple(states.recurrent)
+        at slots[b]); fp32 logits at `logit_positions`, the updated pools. The same graph as
+        `prefill_hidden`, which it traces, less the hidden-state output."""
+        logits, _, kv_cache, conv, recurrent = self.prefill_hidden(
+            input_embed, logit_positions, kv_cache, seq_starts, slots, conv_states, recurrent_states
+        )
+        return logits, kv_cache, conv, recurrent
 
     def prefill_hidden(  # type: ignore[override]
         self,

@@ -29,14 +29,12 @@ from typing import Any
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache
-from tvm.target import Target
 
-from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.config import FULL_ATTENTION
 from vllm_tvm.model_defs.gated_attention import ZeroCentredRMSNorm
-from vllm_tvm.model_defs.layers import NTLinear, nt_matmul
+from vllm_tvm.model_defs.layers import NTLinear
 from vllm_tvm.model_defs.moe import moe_weight_sources
-from vllm_tvm.model_defs.qwen3_next import HybridDecoderLayer
+from vllm_tvm.model_defs.qwen3_next import HybridDecoderLayer, HybridEmbeddingsAndHead
 from vllm_tvm.model_defs.qwen3_next_config import HybridConfig
 
 MTP_LAYER_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
@@ -86,33 +84,11 @@ class HybridMTPBody(nn.Module):
         return self.norm(self.layers[0](self.fc(fused), cache, None))
 
 
-class HybridMTP(PagedCausalLM):
+class HybridMTP(HybridEmbeddingsAndHead):
     """The exported MTP layer (module doc)."""
 
-    def __init__(
-        self,
-        config: HybridConfig,
-        dtype: str,
-        target: Target,
-        attention: str = "tir",
-    ) -> None:
-        super().__init__(config, dtype, target, attention)
-        self.model = HybridMTPBody(config, dtype)
-        self.lm_head = (
-            None
-            if config.tie_word_embeddings
-            else NTLinear(config.hidden_size, config.vocab_size, False, dtype)
-        )
-
-    def embed(self, input_ids: Tensor) -> Tensor:
-        return self.model.embed_tokens(input_ids)
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return nt_matmul(hidden, weight, out_dtype="float32")
-
-    def cache_rope(self) -> dict[str, Any]:
-        return self.config.attention_options().cache_rope()
+    def _make_body(self, config: HybridConfig, dtype: str) -> nn.Module:
+        return HybridMTPBody(config, dtype)
 
     def cache_layers(self) -> dict[str, Any]:
         """The head's own cache holds its one attention layer."""

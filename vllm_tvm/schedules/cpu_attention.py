@@ -157,7 +157,7 @@ def ragged_prefill_cpu(
         rope_theta: T.float32,
         sm_scale: T.float32,
     ):
-        T.func_attr({"tir.is_scheduled": True})
+        T.func_attr({"tirx.is_scheduled": True})
         batch_size, qo_len, kv_len = T.int32(), T.int32(), T.int32()
         q_off, kv_off, pos_off, rope_off = T.int32(), T.int32(), T.int32(), T.int32()
         q = T.match_buffer(var_q, (qo_len, h_q, d), dtype)

@@ -136,7 +136,7 @@ def paged_decode_cpu(
         rope_theta: T.float32,
         sm_scale: T.float32,
     ):
-        T.func_attr({"tir.is_scheduled": True})
+        T.func_attr({"tirx.is_scheduled": True})
         batch_size, nnz_pages, max_num_pages = T.int32(), T.int32(), T.int32()
         indptr_off, values_off, k_rope_off, q_rope_off = T.int32(), T.int32(), T.int32(), T.int32()
         length_off = T.int32()

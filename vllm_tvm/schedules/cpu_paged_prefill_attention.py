@@ -67,7 +67,7 @@ def paged_prefill_cpu(
         rope_theta: T.float32,
         sm_scale: T.float32,
     ):
-        T.func_attr({"tir.is_scheduled": True})
+        T.func_attr({"tirx.is_scheduled": True})
         batch_size, total_len, nnz_pages, max_num_pages = T.int32(), T.int32(), T.int32(), T.int32()
         q_indptr_off, indptr_off, values_off = T.int32(), T.int32(), T.int32()
         k_rope_off, q_rope_off, length_off = T.int32(), T.int32(), T.int32()
