@@ -25,6 +25,7 @@ from vllm_tvm.artifacts.runtime_spec import (
     AttentionLayerSpec,
     DraftHeadSpec,
     HiddenStatesSpec,
+    PatchMergeSpec,
     RecurrentStateSpec,
     RuntimeSpec,
     VisionSpec,
@@ -37,6 +38,7 @@ from vllm_tvm.artifacts.speculative_roles import (
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.gated_delta_net import STATE_DTYPE
 from vllm_tvm.model_defs.gemma3_multimodal import ENCODE_IMAGES
+from vllm_tvm.model_defs.qwen2_5_vl import Qwen2_5_VLConfig
 from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -149,9 +151,24 @@ def _draft_head(config: Any) -> DraftHeadSpec | None:
 
 
 def _vision(config: Any, functions: list[str]) -> VisionSpec | None:
-    """The image encoder of a model that exports one (model_defs/gemma3_multimodal.py)."""
+    """The image encoder of a model that exports one (model_defs/gemma3_multimodal.py,
+    qwen2_5_vl.py)."""
     if ENCODE_IMAGES not in functions:
         return None
+    if isinstance(config, Qwen2_5_VLConfig):
+        vision = config.vision
+        return VisionSpec(
+            encoder_function=ENCODE_IMAGES,
+            image_size=None,
+            tokens_per_image=None,
+            image_token_id=config.image_token_id,
+            begin_image_token_id=config.vision_start_token_id,
+            end_image_token_id=config.vision_end_token_id,
+            patch_merge=PatchMergeSpec(
+                vision.patch_size, vision.spatial_merge_size, vision.window_size
+            ),
+            multimodal_rope=True,
+        )
     side = config.vision.image_size
     return VisionSpec(
         encoder_function=ENCODE_IMAGES,
