@@ -73,22 +73,22 @@ class ImageIntake:
             return None
         return self._token(self.vision.begin_image_token_id)
 
-    def expand_text(self, text: str, images: int) -> str:
+    def expand_text(self, text: str, images: Sequence[DecodedImage]) -> str:
         """`text` with each begin-of-image token expanded as Gemma 3's processor does."""
         assert self.tokenizer is not None  # a text prompt is refused without one
         begin = self._token(self.vision.begin_image_token_id)
         found = text.count(begin)
-        self._check_count(found, images, begin)
+        self._check_count(found, len(images), begin)
         soft = self._token(self.vision.image_token_id) * self.vision.tokens_per_image
         block = f"\n\n{begin}{soft}{self._token(self.vision.end_image_token_id)}\n\n"
         return text.replace(begin, block)
 
-    def expand_ids(self, prompt_ids: list[int], images: int) -> list[int]:
+    def expand_ids(self, prompt_ids: list[int], images: Sequence[DecodedImage]) -> list[int]:
         """Token ids with the soft tokens and end-of-image id after each begin-of-image id
         (one already followed by its soft tokens, as an expanded text tokenizes, is kept)."""
         vision = self.vision
         begin = vision.begin_image_token_id
-        self._check_count(prompt_ids.count(begin), images, f"token id {begin}")
+        self._check_count(prompt_ids.count(begin), len(images), f"token id {begin}")
         soft = [vision.image_token_id] * vision.tokens_per_image
         expanded: list[int] = []
         for index, token in enumerate(prompt_ids):
@@ -133,7 +133,7 @@ class ImageIntake:
         digests = tuple(
             hashlib.sha256(np.ascontiguousarray(p).tobytes()).hexdigest() for p in pixels
         )
-        return PromptImages(starts, span, pixels.astype(np.float32), digests)
+        return PromptImages(starts, (span,) * len(starts), pixels.astype(np.float32), digests)
 
     def _token(self, token_id: int) -> str:
         assert self.tokenizer is not None
