@@ -131,18 +131,35 @@ def test_rope_positions_equal_transformers(llm: LLM, oracle, hf_processor, check
 def test_greedy_tokens_with_images_equal_transformers(
     llm: LLM, oracle, hf_processor, checkpoint, prompts
 ) -> None:
+    """The tokens equal transformers', and so does every step's log-probability of its
+    token (within 1e-4): the decode steps run at index + rope delta (the tiny model's
+    greedy tokens alone hardly move with the positions)."""
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=0)
     for ids, images in prompts:
-        request_id = llm.engine.add_request(None, ids, GREEDY, images=images)
-        ours = _run(llm)[request_id]
-        expanded = list(ours.prompt_token_ids)
+        request_id = llm.engine.add_request(None, ids, params, images=images)
+        ours = _run(llm)[request_id].outputs[0]
+        inputs = _hf_inputs(hf_processor, checkpoint, list(_run_prompt(llm, ids, images)), images)
+        oracle.model.rope_deltas = None  # transformers keeps the last call's
         with torch.no_grad():
             out = oracle.generate(
-                **_hf_inputs(hf_processor, checkpoint, expanded, images),
+                **inputs,
                 max_new_tokens=NEW_TOKENS,
                 do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
             )
-        assert ours.outputs[0].token_ids == out[0, len(expanded) :].tolist()
+        expected = out.sequences[0, inputs["input_ids"].shape[1] :].tolist()
+        assert ours.token_ids == expected
+        steps = torch.log_softmax(torch.cat(out.logits), dim=-1)
+        expected_logprobs = steps[torch.arange(NEW_TOKENS), torch.tensor(expected)].numpy()
+        logprobs = [entry.logprob for entry in ours.logprobs]
+        np.testing.assert_allclose(logprobs, expected_logprobs, atol=1e-4, rtol=0)
     assert_all_blocks_free(llm)
+
+
+def _run_prompt(llm: LLM, ids: list[int], images) -> list[int]:
+    """The expanded prompt ids of `ids` with `images`."""
+    return llm.engine.make_request(ids, GREEDY, images=images).prompt_token_ids
 
 
 def test_prefill_logits_with_images_equal_transformers(
