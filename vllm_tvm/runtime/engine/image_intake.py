@@ -31,6 +31,11 @@ from vllm_tvm.runtime.tokenization import Tokenizer
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
 
 
+def pixel_digest(pixels: np.ndarray) -> str:
+    """sha256 of one image's pixel values (what tells two images apart)."""
+    return hashlib.sha256(np.ascontiguousarray(pixels).tobytes()).hexdigest()
+
+
 class ImageIntake:
     """Turns a prompt and its images into prompt ids and `PromptImages`."""
 
@@ -114,26 +119,31 @@ class ImageIntake:
                     f"the begin-of-image token at position {start - 1} is not followed by "
                     f"{span} image tokens (id {vision.image_token_id})"
                 )
-        floor = starts[-1] + span
-        if floor > self.max_image_prefill:
-            raise ValueError(
-                f"the prompt's images end at token {floor}, past the {self.max_image_prefill} "
-                "tokens one prefill chunk may take (max_num_batched_tokens): a prompt is "
-                "prefilled through its last image in one chunk"
-            )
-        if self.processor is None:
-            raise ValueError(f"image input is unavailable: {self.unavailable}")
-        pixels = self.processor.preprocess(list(images)).pixel_values
+        self._check_prefill_floor(starts[-1] + span)
+        pixels = self._processor().preprocess(list(images)).pixel_values
         expected = (3, *vision.image_size)
         if tuple(pixels.shape[1:]) != expected:
             raise ValueError(
                 f"the image processor made pixel values {tuple(pixels.shape[1:])}; the vision "
                 f"tower takes {expected}"
             )
-        digests = tuple(
-            hashlib.sha256(np.ascontiguousarray(p).tobytes()).hexdigest() for p in pixels
-        )
+        digests = tuple(pixel_digest(p) for p in pixels)
         return PromptImages(starts, (span,) * len(starts), pixels.astype(np.float32), digests)
+
+    def _check_prefill_floor(self, floor: int) -> None:
+        """Refuses images that end past what one prefill chunk may take."""
+        if floor > self.max_image_prefill:
+            raise ValueError(
+                f"the prompt's images end at token {floor}, past the {self.max_image_prefill} "
+                "tokens one prefill chunk may take (max_num_batched_tokens): a prompt is "
+                "prefilled through its last image in one chunk"
+            )
+
+    def _processor(self) -> ImageProcessor:
+        """The image processor; refuses images when the checkpoint has none."""
+        if self.processor is None:
+            raise ValueError(f"image input is unavailable: {self.unavailable}")
+        return self.processor
 
     def _token(self, token_id: int) -> str:
         assert self.tokenizer is not None

@@ -13,12 +13,11 @@ its tokens (runtime/multimodal/patch_merge_layout.py).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import numpy as np
 
-from vllm_tvm.runtime.engine.image_intake import ImageIntake
+from vllm_tvm.runtime.engine.image_intake import ImageIntake, pixel_digest
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.multimodal.patch_merge_layout import (
     encoder_layout,
@@ -48,13 +47,12 @@ class PatchMergeImageIntake(ImageIntake):
 
     def soft_tokens(self, images: Sequence[DecodedImage]) -> list[int]:
         """Soft tokens of each image: its resized patch grid over the merge square."""
-        if self.processor is None:
-            raise ValueError(f"image input is unavailable: {self.unavailable}")
+        processor = self._processor()
         layout = self.vision.patch_merge
         assert layout is not None
         counts = []
         for image in images:
-            height, width = self.processor.resized_size(  # type: ignore[union-attr]
+            height, width = processor.resized_size(  # type: ignore[union-attr]
                 image.height, image.width, image.part_index
             )
             grid = (1, height // layout.patch_size, width // layout.patch_size)
@@ -106,22 +104,13 @@ class PatchMergeImageIntake(ImageIntake):
                     f"the image at position {start} has {end - start} image tokens; it makes "
                     f"{count} soft tokens"
                 )
-        floor = runs[-1][1]
-        if floor > self.max_image_prefill:
-            raise ValueError(
-                f"the prompt's images end at token {floor}, past the {self.max_image_prefill} "
-                "tokens one prefill chunk may take (max_num_batched_tokens): a prompt is "
-                "prefilled through its last image in one chunk"
-            )
-        processed = self.processor.preprocess(list(images))  # type: ignore[union-attr]
+        self._check_prefill_floor(runs[-1][1])
+        processed = self._processor().preprocess(list(images))
         grids = processed.image_grid_thw
         assert grids is not None
         patches = processed.pixel_values.astype(np.float32)
         ends = np.cumsum([int(np.prod(grid)) for grid in grids])
-        digests = tuple(
-            hashlib.sha256(np.ascontiguousarray(part).tobytes()).hexdigest()
-            for part in np.split(patches, ends[:-1])
-        )
+        digests = tuple(pixel_digest(part) for part in np.split(patches, ends[:-1]))
         unit = layout.spatial_merge_size**2
         positions, delta = rope_positions(len(prompt_ids), runs, grids, layout.spatial_merge_size)
         return PromptImages(
