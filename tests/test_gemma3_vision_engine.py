@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from engine_helpers import assert_all_blocks_free
+from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.engine.intake import PromptTooLongError
@@ -21,11 +21,6 @@ pytestmark = pytest.mark.slow
 
 NEW_TOKENS = 24
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-
-
-def _image(height: int, width: int, seed: int) -> DecodedImage:
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return DecodedImage(pixels=pixels, part_index=0)
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +47,15 @@ def prompts(tiny_gemma3_vlm, llm: LLM) -> list[tuple[list[int], list[DecodedImag
     boi = tiny_gemma3_vlm.boi_token_id
     encode = llm.tokenizer.encode
     return [
-        ([*encode("Describe this:"), boi, *encode(" in a few words.")], [_image(40, 30, 1)]),
+        ([*encode("Describe this:"), boi, *encode(" in a few words.")], [random_image(40, 30, 1)]),
         (
             [*encode("Compare"), boi, *encode(" and"), boi, *encode(".")],
             [
-                _image(70, 90, 2),
-                _image(56, 56, 3),
+                random_image(70, 90, 2),
+                random_image(56, 56, 3),
             ],
         ),
-        ([boi, *encode("Once upon a time there was")], [_image(20, 100, 4)]),
+        ([boi, *encode("Once upon a time there was")], [random_image(20, 100, 4)]),
     ]
 
 
@@ -91,7 +86,7 @@ def test_greedy_tokens_with_images_equal_transformers(
 ) -> None:
     for ids, images in prompts:
         request_id = llm.engine.add_request(None, ids, GREEDY, images=images)
-        outputs = _run(llm)
+        outputs = run_to_completion(llm)
         ours = outputs[request_id]
         expanded = list(ours.prompt_token_ids)
         assert len(expanded) == len(ids) + len(images) * 5  # 4 soft tokens + end-of-image
@@ -143,11 +138,11 @@ def test_batched_mixed_requests_equal_sequential(llm: LLM, prompts) -> None:
     alone = []
     for ids, images in requests:
         request_id = llm.engine.add_request(None, ids, GREEDY, images=images)
-        alone.append(list(_run(llm)[request_id].outputs[0].token_ids))
+        alone.append(list(run_to_completion(llm)[request_id].outputs[0].token_ids))
     ids_in_order = [
         llm.engine.add_request(None, ids, GREEDY, images=images) for ids, images in requests
     ]
-    together = _run(llm)
+    together = run_to_completion(llm)
     assert [list(together[i].outputs[0].token_ids) for i in ids_in_order] == alone
     assert_all_blocks_free(llm)
 
@@ -161,9 +156,9 @@ def test_a_prompt_chunked_after_its_images_equals_transformers(
     text = llm.tokenizer.encode("Paged attention keeps keys and values in blocks. " * 12)
     ids = [*llm.tokenizer.encode("Look:"), tiny_gemma3_vlm.boi_token_id, *text]
     assert len(ids) > 2 * budget
-    images = [_image(33, 77, 5)]
+    images = [random_image(33, 77, 5)]
     request_id = llm.engine.add_request(None, ids, GREEDY, images=images)
-    ours = _run(llm)[request_id]
+    ours = run_to_completion(llm)[request_id]
     expanded = list(ours.prompt_token_ids)
     assert ours.outputs[0].token_ids == _oracle_tokens(oracle, tiny_gemma3_vlm, expanded, images)
 
@@ -172,26 +167,17 @@ def test_images_past_one_prefill_chunk_are_refused(llm: LLM, tiny_gemma3_vlm) ->
     budget = llm.engine.scheduler_config.max_num_batched_tokens
     ids = [5] * budget + [tiny_gemma3_vlm.boi_token_id]
     with pytest.raises(ValueError, match="one prefill chunk may take"):
-        llm.engine.add_request(None, ids, GREEDY, images=[_image(8, 8, 0)])
+        llm.engine.add_request(None, ids, GREEDY, images=[random_image(8, 8, 0)])
 
 
 def test_images_count_toward_the_prompt_length(llm: LLM, tiny_gemma3_vlm) -> None:
     room = llm.engine.max_model_len - 1
     ids = [tiny_gemma3_vlm.boi_token_id] + [5] * (room - 4)
     with pytest.raises(PromptTooLongError, match="length"):
-        llm.engine.add_request(None, ids, GREEDY, images=[_image(8, 8, 0)])
+        llm.engine.add_request(None, ids, GREEDY, images=[random_image(8, 8, 0)])
 
 
 def test_placeholders_must_match_the_images(llm: LLM, tiny_gemma3_vlm) -> None:
     ids = llm.tokenizer.encode("no placeholder here")
     with pytest.raises(ValueError, match=r"0 image placeholders .* for 1 images"):
-        llm.engine.add_request(None, ids, GREEDY, images=[_image(8, 8, 0)])
-
-
-def _run(llm: LLM) -> dict:
-    finished = {}
-    while llm.engine.has_unfinished:
-        for output in llm.engine.step():
-            if output.finished:
-                finished[output.request_id] = output
-    return finished
+        llm.engine.add_request(None, ids, GREEDY, images=[random_image(8, 8, 0)])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from engine_helpers import assert_all_blocks_free
+from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.model.batch import forward_images
@@ -21,11 +21,6 @@ pytestmark = pytest.mark.slow
 
 NEW_TOKENS = 24
 GREEDY = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
-
-
-def _image(height: int, width: int, seed: int) -> DecodedImage:
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return DecodedImage(pixels=pixels, part_index=0)
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +63,17 @@ def prompts(checkpoint, llm: LLM) -> list[tuple[list[int], list[DecodedImage]]]:
     image.append(checkpoint.vision_end_token_id)
     encode = llm.tokenizer.encode
     return [
-        ([*encode("Describe this:"), *image, *encode(" in a few words.")], [_image(60, 45, 1)]),
+        (
+            [*encode("Describe this:"), *image, *encode(" in a few words.")],
+            [random_image(60, 45, 1)],
+        ),
         (
             [*encode("Compare"), *image, *encode(" and"), *image, *encode(".")],
-            [_image(70, 120, 2), _image(56, 56, 3)],
+            [random_image(70, 120, 2), random_image(56, 56, 3)],
         ),
         (
             [*image, *encode("Once"), *image, *image, *encode(" upon a time there was")],
-            [_image(20, 100, 4), _image(90, 60, 5), _image(30, 30, 6)],
+            [random_image(20, 100, 4), random_image(90, 60, 5), random_image(30, 30, 6)],
         ),
     ]
 
@@ -137,7 +135,7 @@ def test_greedy_tokens_with_images_equal_transformers(
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=0)
     for ids, images in prompts:
         request_id = llm.engine.add_request(None, ids, params, images=images)
-        ours = _run(llm)[request_id].outputs[0]
+        ours = run_to_completion(llm)[request_id].outputs[0]
         inputs = _hf_inputs(hf_processor, checkpoint, list(_run_prompt(llm, ids, images)), images)
         oracle.model.rope_deltas = None  # transformers keeps the last call's
         with torch.no_grad():
@@ -187,17 +185,35 @@ def test_prefill_logits_with_images_equal_transformers(
         np.testing.assert_allclose(ours, expected.numpy(), atol=1e-4, rtol=0)
 
 
+def test_text_only_greedy_tokens_equal_transformers(llm: LLM, oracle) -> None:
+    """Without images every forward rotates at the cache's positions (plain RoPE is M-RoPE
+    at equal streams)."""
+    ids = llm.tokenizer.encode("Paged attention keeps keys and values in blocks")
+    request_id = llm.engine.add_request(None, ids, GREEDY)
+    ours = run_to_completion(llm)[request_id].outputs[0].token_ids
+    oracle.model.rope_deltas = None
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        out = oracle.generate(
+            input_ids=tokens,
+            attention_mask=torch.ones_like(tokens),
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+        )
+    assert ours == out[0, len(ids) :].tolist()
+
+
 def test_batched_mixed_requests_equal_sequential(llm: LLM, prompts) -> None:
     text = llm.tokenizer.encode("Paged attention keeps keys and values in blocks")
     requests = [prompts[0], (text, []), *prompts[1:]]
     alone = []
     for ids, images in requests:
         request_id = llm.engine.add_request(None, ids, GREEDY, images=images)
-        alone.append(list(_run(llm)[request_id].outputs[0].token_ids))
+        alone.append(list(run_to_completion(llm)[request_id].outputs[0].token_ids))
     ids_in_order = [
         llm.engine.add_request(None, ids, GREEDY, images=images) for ids, images in requests
     ]
-    together = _run(llm)
+    together = run_to_completion(llm)
     assert [list(together[i].outputs[0].token_ids) for i in ids_in_order] == alone
     assert_all_blocks_free(llm)
 
@@ -226,13 +242,11 @@ def test_runtime_spec_records_the_patch_layout(llm: LLM, checkpoint) -> None:
 def test_placeholders_must_match_the_images(llm: LLM) -> None:
     ids = llm.tokenizer.encode("no placeholder here")
     with pytest.raises(ValueError, match=r"0 image placeholders .* for 1 images"):
-        llm.engine.add_request(None, ids, GREEDY, images=[_image(28, 28, 0)])
+        llm.engine.add_request(None, ids, GREEDY, images=[random_image(28, 28, 0)])
 
 
-def _run(llm: LLM) -> dict:
-    finished = {}
-    while llm.engine.has_unfinished:
-        for output in llm.engine.step():
-            if output.finished:
-                finished[output.request_id] = output
-    return finished
+def test_qwen2_vl_is_refused_by_name() -> None:
+    from vllm_tvm.model_defs.architectures import UnsupportedArchitectureError, family_for
+
+    with pytest.raises(UnsupportedArchitectureError, match="Qwen2VLForConditionalGeneration: "):
+        family_for({"architectures": ["Qwen2VLForConditionalGeneration"]})

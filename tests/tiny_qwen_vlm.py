@@ -5,15 +5,12 @@ pixel budget keeps images at a few patches."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from tiny_models import BASE, train_tokenizer
-from tokenizers import AddedToken
+from tiny_models import BASE
+from tiny_vlm import save_random_checkpoint, vision_tokenizer
 
-WEIGHT_STD = 0.15
 VISION_TOKEN_STRINGS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 TEXT = {
     **BASE,
@@ -56,14 +53,9 @@ def qwen2_5_vlm_checkpoint(path: Path) -> TinyQwenVLM:
     preprocessor config."""
     import transformers
 
-    tokenizer = train_tokenizer(path)
-    tokenizer.add_special_tokens(
-        [AddedToken(token, special=True) for token in VISION_TOKEN_STRINGS]
-    )
-    tokenizer.save(str(path / "tokenizer.json"))
-    start, end, image, video = (tokenizer.token_to_id(t) for t in VISION_TOKEN_STRINGS)
+    vocab, (start, end, image, video) = vision_tokenizer(path, VISION_TOKEN_STRINGS)
     config = transformers.Qwen2_5_VLConfig(
-        text_config={**TEXT, "vocab_size": tokenizer.get_vocab_size()},
+        text_config={**TEXT, "vocab_size": vocab},
         vision_config=VISION,
         image_token_id=image,
         video_token_id=video,
@@ -71,24 +63,18 @@ def qwen2_5_vlm_checkpoint(path: Path) -> TinyQwenVLM:
         vision_end_token_id=end,
         tie_word_embeddings=False,
     )
-    torch.manual_seed(0)
-    model = transformers.Qwen2_5_VLForConditionalGeneration(config).eval()
-    with torch.no_grad():  # transformers' init leaves greedy decoding stuck on one token
-        for parameter in model.parameters():
-            parameter.normal_(0.0, WEIGHT_STD)
-    model.save_pretrained(path)
-    (path / "preprocessor_config.json").write_text(
-        json.dumps(
-            {
-                "image_processor_type": "Qwen2VLImageProcessor",
-                "min_pixels": MIN_PIXELS,
-                "max_pixels": MAX_PIXELS,
-                "patch_size": VISION["patch_size"],
-                "merge_size": VISION["spatial_merge_size"],
-                "temporal_patch_size": VISION["temporal_patch_size"],
-            }
-        )
+    preprocessor = {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "min_pixels": MIN_PIXELS,
+        "max_pixels": MAX_PIXELS,
+        "patch_size": VISION["patch_size"],
+        "merge_size": VISION["spatial_merge_size"],
+        "temporal_patch_size": VISION["temporal_patch_size"],
+    }
+    save_random_checkpoint(
+        lambda: transformers.Qwen2_5_VLForConditionalGeneration(config),
+        path,
+        preprocessor,
+        CHAT_TEMPLATE,
     )
-    tokenizer_config = {"chat_template": CHAT_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     return TinyQwenVLM(path, start, end, image)

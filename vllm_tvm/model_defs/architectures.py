@@ -169,7 +169,8 @@ DEFINITIONS: dict[str, ModelFamily] = {
 }
 """The model definitions by the name a family module's `definition` gives
 (`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `gemma3-multimodal`: the
-decoder of a multimodal Gemma 3 checkpoint with its vision tower)."""
+decoder of a multimodal Gemma 3 checkpoint with its vision tower; `qwen2_5_vl`: Qwen2.5-VL's
+M-RoPE decoder with its vision tower)."""
 
 
 def family_for(config: dict[str, Any]) -> ModelFamily:

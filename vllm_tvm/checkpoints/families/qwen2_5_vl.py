@@ -16,6 +16,7 @@ from typing import Any
 from vllm_tvm.checkpoints.family_spec import FamilySpec, ModelConfigError
 
 QWEN2_5_VL = "Qwen2_5_VLForConditionalGeneration"
+QWEN2_VL = "Qwen2VLForConditionalGeneration"
 ROPE_KEYS = ("rope_parameters", "rope_scaling")
 MROPE_SECTION = "mrope_section"
 
@@ -67,5 +68,9 @@ FAMILIES = (
         config_options=_options,
         text_config=_text_config,
         sliding_window_switch="use_sliding_window",
+        refused={
+            QWEN2_VL: "Qwen2-VL's vision tower (LayerNorm blocks with a QuickGELU MLP, no "
+            "window attention)",
+        },
     ),
 )

@@ -13,6 +13,10 @@ a row per prompt position). As in vLLM v1, a step is one forward whatever it mix
   `logit_positions` selects the rows that are needed (the last token of each chunk that
   finishes its sequence's tokens, every position of a chunk that wants prompt logprobs).
 
+A sequence whose images carry M-RoPE positions (Qwen2.5-VL) is never a decode row: its
+positions are not the cache's, so every forward holding it is the ragged one, which takes
+every row's positions (`ForwardBatch.rope_positions`).
+
 Chunks are laid out prefills first, then decode rows, so that sequences sample in the same
 order whichever forward runs (the order of the shared random generator's draws).
 """
