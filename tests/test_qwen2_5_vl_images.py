@@ -7,10 +7,14 @@ requests; decode after an image runs at index + rope delta."""
 
 from __future__ import annotations
 
+import base64
+import io
+
 import numpy as np
 import pytest
 import torch
 from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
+from PIL import Image
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.model.batch import forward_images
@@ -228,6 +232,37 @@ def test_a_text_prompt_expands_its_image_pads(llm: LLM, checkpoint, prompts) -> 
     assert (
         llm.engine.intake.image_intake.placeholder == "<|vision_start|><|image_pad|><|vision_end|>"
     )
+
+
+def test_llm_chat_with_images_equals_transformers(
+    llm: LLM, oracle, hf_processor, checkpoint
+) -> None:
+    """`LLM.chat` with two `image_url` data: URLs: the prompt is the chat template with each
+    image part as <|vision_start|><|image_pad|><|vision_end|> and each pad repeated as
+    transformers' processor does; the tokens equal transformers'."""
+    images = [random_image(50, 80, 7), random_image(64, 40, 8)]
+    urls = []
+    for image in images:
+        buffer = io.BytesIO()
+        Image.fromarray(image.pixels).save(buffer, format="PNG")
+        urls.append("data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode())
+    parts = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    question = {"type": "text", "text": "What differs?"}
+    ours = llm.chat([{"role": "user", "content": [*parts, question]}], GREEDY)[0]
+    grids = hf_processor([image.pixels for image in images])["image_grid_thw"]
+    pads = ["<|image_pad|>" * (int(t * h * w) // 4) for t, h, w in grids]
+    rendered = "".join(f"<|vision_start|>{pad}<|vision_end|>" for pad in pads)
+    expected_text = f"<|im_start|>user\n{rendered}What differs?<|im_end|>\n<|im_start|>assistant\n"
+    expanded = llm.tokenizer.encode(expected_text, add_special_tokens=False)
+    assert list(ours.prompt_token_ids) == expanded
+    oracle.model.rope_deltas = None
+    with torch.no_grad():
+        out = oracle.generate(
+            **_hf_inputs(hf_processor, checkpoint, expanded, images),
+            max_new_tokens=NEW_TOKENS,
+            do_sample=False,
+        )
+    assert ours.outputs[0].token_ids == out[0, len(expanded) :].tolist()
 
 
 def test_runtime_spec_records_the_patch_layout(llm: LLM, checkpoint) -> None:
