@@ -238,8 +238,9 @@ def test_llm_chat_with_images_equals_transformers(
     llm: LLM, oracle, hf_processor, checkpoint
 ) -> None:
     """`LLM.chat` with two `image_url` data: URLs: the prompt is the chat template with each
-    image part as <|vision_start|><|image_pad|><|vision_end|> and each pad repeated as
-    transformers' processor does; the tokens equal transformers'."""
+    image part as <|vision_start|><|image_pad|><|vision_end|> (parts joined by newlines, as
+    vLLM joins them for a template that takes text) and each pad repeated as transformers'
+    processor does; the tokens equal transformers'."""
     images = [random_image(50, 80, 7), random_image(64, 40, 8)]
     urls = []
     for image in images:
@@ -251,8 +252,10 @@ def test_llm_chat_with_images_equals_transformers(
     ours = llm.chat([{"role": "user", "content": [*parts, question]}], GREEDY)[0]
     grids = hf_processor([image.pixels for image in images])["image_grid_thw"]
     pads = ["<|image_pad|>" * (int(t * h * w) // 4) for t, h, w in grids]
-    rendered = "".join(f"<|vision_start|>{pad}<|vision_end|>" for pad in pads)
-    expected_text = f"<|im_start|>user\n{rendered}What differs?<|im_end|>\n<|im_start|>assistant\n"
+    content = "\n".join(
+        [*(f"<|vision_start|>{pad}<|vision_end|>" for pad in pads), "What differs?"]
+    )
+    expected_text = f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
     expanded = llm.tokenizer.encode(expected_text, add_special_tokens=False)
     assert list(ours.prompt_token_ids) == expanded
     oracle.model.rope_deltas = None
