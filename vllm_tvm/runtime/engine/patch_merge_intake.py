@@ -48,13 +48,17 @@ class PatchMergeImageIntake(ImageIntake):
     def soft_tokens(self, images: Sequence[DecodedImage]) -> list[int]:
         """Soft tokens of each image: its resized patch grid over the merge square."""
         processor = self._processor()
+        resized_size = getattr(processor, "resized_size", None)
+        if resized_size is None:
+            raise ValueError(
+                f"the checkpoint's image processor {type(processor).__name__} keeps no image "
+                "at its own resolution; this vision tower needs Qwen2VLImageProcessor"
+            )
         layout = self.vision.patch_merge
         assert layout is not None
         counts = []
         for image in images:
-            height, width = processor.resized_size(  # type: ignore[union-attr]
-                image.height, image.width, image.part_index
-            )
+            height, width = resized_size(image.height, image.width, image.part_index)
             grid = (1, height // layout.patch_size, width // layout.patch_size)
             counts.append(merged_tokens(grid, layout.spatial_merge_size))
         return counts
