@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
+from tiny_vlm import greedy_oracle
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.engine.intake import PromptTooLongError
@@ -32,12 +33,7 @@ def llm(tiny_gemma3_vlm) -> LLM:
 def oracle(tiny_gemma3_vlm):
     import transformers
 
-    model = transformers.Gemma3ForConditionalGeneration.from_pretrained(
-        tiny_gemma3_vlm.path, dtype=torch.float32
-    ).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
+    return greedy_oracle(transformers.Gemma3ForConditionalGeneration, tiny_gemma3_vlm.path)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 import torch
 from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
 from PIL import Image
+from tiny_vlm import greedy_oracle
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.model.batch import forward_images
@@ -41,12 +42,7 @@ def llm(checkpoint) -> LLM:
 def oracle(checkpoint):
     import transformers
 
-    model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        checkpoint.path, dtype=torch.float32
-    ).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
+    return greedy_oracle(transformers.Qwen2_5_VLForConditionalGeneration, checkpoint.path)
 
 
 @pytest.fixture(scope="module")

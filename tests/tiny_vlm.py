@@ -86,6 +86,14 @@ def gemma3_vlm_checkpoint(path: Path) -> TinyVLM:
     return TinyVLM(path, size, TEXT["hidden_size"], boi, eoi, image)
 
 
+def greedy_oracle(model_class: type, path: Path) -> torch.nn.Module:
+    """transformers' `model_class` from `path` in fp32, generating past any EOS."""
+    model = model_class.from_pretrained(path, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
 def vision_tokenizer(path: Path, special_tokens: tuple[str, ...]) -> tuple[int, list[int]]:
     """The tiny tokenizer with `special_tokens` added, saved in `path`: (its vocabulary
     size, the ids of the added tokens)."""
