@@ -284,3 +284,12 @@ def test_qwen2_vl_is_refused_by_name() -> None:
 
     with pytest.raises(UnsupportedArchitectureError, match="Qwen2VLForConditionalGeneration: "):
         family_for({"architectures": ["Qwen2VLForConditionalGeneration"]})
+
+
+def test_more_patches_than_the_tower_encodes_at_once_are_refused(llm: LLM, monkeypatch) -> None:
+    from vllm_tvm.runtime.engine import patch_merge_intake
+
+    monkeypatch.setattr(patch_merge_intake, "MAX_PROMPT_PATCHES", 16)
+    image = [llm.engine.intake.image_intake.vision.image_token_id]
+    with pytest.raises(ValueError, match="MAX_PROMPT_PATCHES"):
+        llm.engine.add_request(None, image, GREEDY, images=[random_image(84, 84, 0)])

@@ -27,6 +27,13 @@ from vllm_tvm.runtime.multimodal.patch_merge_layout import (
 )
 from vllm_tvm.runtime.requests.prompt_images import PromptImages
 
+MAX_PROMPT_PATCHES = 8192
+"""Most patches of all of a prompt's images together. The compiled tower's attention is
+dense over them under a segment mask (model_defs/qwen2_5_vision.py): its scores take
+heads x patches² x 4 bytes (16 heads at this cap: 4.3 GB), so larger inputs are refused
+by name rather than exhausting memory; the checkpoint's `max_pixels` decides how many an
+image makes."""
+
 
 class PatchMergeImageIntake(ImageIntake):
     """`ImageIntake` for images at their own resolution (module doc)."""
@@ -108,6 +115,13 @@ class PatchMergeImageIntake(ImageIntake):
                     f"the image at position {start} has {end - start} image tokens; it makes "
                     f"{count} soft tokens"
                 )
+        patches = sum(counts) * layout.spatial_merge_size**2
+        if patches > MAX_PROMPT_PATCHES:
+            raise ValueError(
+                f"the prompt's images make {patches} patches, past the {MAX_PROMPT_PATCHES} "
+                "the vision tower encodes at once (MAX_PROMPT_PATCHES): use smaller images or "
+                "a lower max_pixels in preprocessor_config.json"
+            )
         self._check_prefill_floor(runs[-1][1])
         processed = self._processor().preprocess(list(images))
         grids = processed.image_grid_thw
