@@ -53,6 +53,15 @@ def tiny_gemma3_vlm(tmp_path_factory: pytest.TempPathFactory):
     return gemma3_vlm_checkpoint(tmp_path_factory.mktemp("gemma3_vlm"))
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen2_5_vlm(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny random Qwen2_5_VLForConditionalGeneration (tiny_qwen_vlm.py), made once per run
+    so its artifact compiles once per run."""
+    from tiny_qwen_vlm import qwen2_5_vlm_checkpoint
+
+    return qwen2_5_vlm_checkpoint(tmp_path_factory.mktemp("qwen2_5_vlm"))
+
+
 @pytest.fixture
 def make_llm(tiny_model_dir) -> Iterator[Callable[..., Any]]:
     """Factory of tiny-model LLMs (`make_llm("qwen3_qknorm", num_blocks=8)`); after the test

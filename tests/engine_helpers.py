@@ -6,13 +6,31 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from tiny_models import CORPUS
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE
+from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+
+def random_image(height: int, width: int, seed: int) -> DecodedImage:
+    """A decoded RGB image of random pixels."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return DecodedImage(pixels=pixels, part_index=0)
+
+
+def run_to_completion(llm: LLM) -> dict[str, Any]:
+    """Step `llm`'s engine until nothing is left; each finished request's final output."""
+    finished = {}
+    while llm.engine.has_unfinished:
+        for output in llm.engine.step():
+            if output.finished:
+                finished[output.request_id] = output
+    return finished
 
 
 def corpus_ids(llm: LLM) -> list[int]:

@@ -1,21 +1,12 @@
-"""What the Gemma 3 image tests share: random images, transformers' greedy tokens for an
-expanded prompt (the oracle), and running an engine until its requests finish."""
+"""What the Gemma 3 image tests share: transformers' model and its greedy tokens for an
+expanded prompt (the oracle)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import torch
+from tiny_vlm import greedy_oracle
 from transformers_greedy import greedy_tokens
-
-from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
-
-
-def random_image(height: int, width: int, seed: int) -> DecodedImage:
-    """An RGB image of random pixels, as the decoder hands it to the engine."""
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return DecodedImage(pixels=pixels, part_index=0)
 
 
 def gemma3_oracle(checkpoint: Any) -> Any:
@@ -23,12 +14,7 @@ def gemma3_oracle(checkpoint: Any) -> Any:
     at an end-of-sequence token (so greedy runs give a fixed number of tokens)."""
     import transformers
 
-    model = transformers.Gemma3ForConditionalGeneration.from_pretrained(
-        checkpoint.path, dtype=torch.float32
-    ).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model
+    return greedy_oracle(transformers.Gemma3ForConditionalGeneration, checkpoint.path)
 
 
 def oracle_tokens(
@@ -49,13 +35,3 @@ def oracle_tokens(
         pixel_values=pixel_values,
         image_token_id=checkpoint.image_token_id,
     )
-
-
-def run_to_completion(llm: Any) -> dict:
-    """Step the engine until nothing is left; the finished outputs by request id."""
-    finished = {}
-    while llm.engine.has_unfinished:
-        for output in llm.engine.step():
-            if output.finished:
-                finished[output.request_id] = output
-    return finished

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from engine_helpers import assert_all_blocks_free
-from gemma3_vision_helpers import gemma3_oracle, oracle_tokens, random_image, run_to_completion
+from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
+from gemma3_vision_helpers import gemma3_oracle, oracle_tokens
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.engine.intake import PromptTooLongError

@@ -7,8 +7,8 @@ answer equals transformers' greedy tokens."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import assert_all_blocks_free
-from gemma3_vision_helpers import gemma3_oracle, oracle_tokens, random_image, run_to_completion
+from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
+from gemma3_vision_helpers import gemma3_oracle, oracle_tokens
 from tiny_vlm import gemma3_vlm_checkpoint
 
 from vllm_tvm.entrypoints.llm import LLM

@@ -5,6 +5,7 @@ module that needs it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,14 +62,11 @@ def gemma3_vlm_checkpoint(path: Path, layer_types: list[str] | None = None) -> T
     "full_attention", a model the prefix cache serves)."""
     import transformers
 
-    tokenizer = train_tokenizer(path)
-    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in IMAGE_TOKEN_STRINGS])
-    tokenizer.save(str(path / "tokenizer.json"))
-    boi, eoi, image = (tokenizer.token_to_id(token) for token in IMAGE_TOKEN_STRINGS)
+    vocab, (boi, eoi, image) = vision_tokenizer(path, IMAGE_TOKEN_STRINGS)
     config = transformers.Gemma3Config(
         text_config={
             **TEXT,
-            "vocab_size": tokenizer.get_vocab_size(),
+            "vocab_size": vocab,
             "layer_types": layer_types or TEXT["layer_types"],
         },
         vision_config=VISION,
@@ -78,22 +76,52 @@ def gemma3_vlm_checkpoint(path: Path, layer_types: list[str] | None = None) -> T
         image_token_index=image,
         tie_word_embeddings=False,
     )
+    size = VISION["image_size"]
+    preprocessor = {
+        "image_processor_type": "Gemma3ImageProcessor",
+        "size": {"height": size, "width": size},
+        "do_pan_and_scan": False,
+    }
+    save_random_checkpoint(
+        lambda: transformers.Gemma3ForConditionalGeneration(config),
+        path,
+        preprocessor,
+        CHAT_TEMPLATE,
+    )
+    return TinyVLM(path, size, TEXT["hidden_size"], boi, eoi, image)
+
+
+def greedy_oracle(model_class: type, path: Path) -> torch.nn.Module:
+    """transformers' `model_class` from `path` in fp32, generating past any EOS."""
+    model = model_class.from_pretrained(path, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def vision_tokenizer(path: Path, special_tokens: tuple[str, ...]) -> tuple[int, list[int]]:
+    """The tiny tokenizer with `special_tokens` added, saved in `path`: (its vocabulary
+    size, the ids of the added tokens)."""
+    tokenizer = train_tokenizer(path)
+    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in special_tokens])
+    tokenizer.save(str(path / "tokenizer.json"))
+    return tokenizer.get_vocab_size(), [tokenizer.token_to_id(t) for t in special_tokens]
+
+
+def save_random_checkpoint(
+    make_model: Callable[[], torch.nn.Module],
+    path: Path,
+    preprocessor: dict,
+    chat_template: str,
+) -> None:
+    """The model `make_model` builds, its weights seeded random, with its preprocessor
+    config and chat template."""
     torch.manual_seed(0)
-    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    model = make_model()
     with torch.no_grad():  # transformers' init leaves greedy decoding stuck on one token
         for parameter in model.parameters():
             parameter.normal_(0.0, WEIGHT_STD)
-    model.save_pretrained(path)
-    size = VISION["image_size"]
-    (path / "preprocessor_config.json").write_text(
-        json.dumps(
-            {
-                "image_processor_type": "Gemma3ImageProcessor",
-                "size": {"height": size, "width": size},
-                "do_pan_and_scan": False,
-            }
-        )
-    )
-    tokenizer_config = {"chat_template": CHAT_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}
+    model.eval().save_pretrained(path)
+    (path / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    tokenizer_config = {"chat_template": chat_template, "bos_token": "<s>", "eos_token": "</s>"}
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    return TinyVLM(path, size, TEXT["hidden_size"], boi, eoi, image)

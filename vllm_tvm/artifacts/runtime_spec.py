@@ -86,21 +86,40 @@ class DraftHeadSpec:
 
 
 @dataclass(frozen=True)
+class PatchMergeSpec:
+    """An encoder over patches of images at their own resolution (Qwen2.5-VL): what the
+    runtime needs to lay its inputs out (runtime/multimodal/patch_merge_layout.py)."""
+
+    patch_size: int
+    """Pixels on a patch's side."""
+    spatial_merge_size: int
+    """Patches on the side of the square that becomes one soft token."""
+    window_size: int
+    """Pixels on the side of an attention window."""
+
+
+@dataclass(frozen=True)
 class VisionSpec:
     """An artifact's image encoder: the compiled function that turns pixel values into the
     embeddings of an image's soft tokens, and the tokens a prompt marks them with."""
 
     encoder_function: str
-    """Exported function: pixel values [images, 3, H, W] -> [images, tokens, hidden]."""
-    image_size: tuple[int, int]
-    """(height, width) of the pixel values it takes."""
-    tokens_per_image: int
+    """Exported function: pixel values [images, 3, H, W] -> [images, tokens, hidden]; with
+    `patch_merge`, the patch layout's inputs -> [tokens of all images, hidden]."""
+    image_size: tuple[int, int] | None
+    """(height, width) of the pixel values it takes; None: each image at its own size."""
+    tokens_per_image: int | None
+    """None: as many as the image's patches make (`patch_merge`)."""
     image_token_id: int
     """The placeholder each soft token stands for in the prompt (its embedding replaced)."""
     begin_image_token_id: int
     end_image_token_id: int
     bidirectional_image_attention: bool = False
     """Whether one image's soft tokens attend to each other both ways during prefill."""
+    patch_merge: PatchMergeSpec | None = None
+    multimodal_rope: bool = False
+    """Whether a forward over a sequence with images takes its 3-D rotary positions (the
+    image prefill's `rope_positions` [3, tokens], M-RoPE) instead of the attention bias."""
 
 
 @dataclass(frozen=True)
@@ -171,5 +190,9 @@ class RuntimeSpec:
             )
         if data.get("vision") is not None:
             vision = dict(data["vision"])
-            fields["vision"] = VisionSpec(**{**vision, "image_size": tuple(vision["image_size"])})
+            if vision.get("image_size") is not None:
+                vision["image_size"] = tuple(vision["image_size"])
+            if vision.get("patch_merge") is not None:
+                vision["patch_merge"] = PatchMergeSpec(**vision["patch_merge"])
+            fields["vision"] = VisionSpec(**vision)
         return cls(**fields)

@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.chat:
         image_parts = [{"type": "image_url", "image_url": {"url": ""}} for _ in images]
         content = [*image_parts, {"type": "text", "text": text}] if images else text
-        prompt = llm.chat_prompt_ids([{"role": "user", "content": content}], len(images))
+        prompt = llm.chat_prompt_ids([{"role": "user", "content": content}], images)
     if images:
         key = "prompt" if isinstance(prompt, str) else "prompt_token_ids"
         prompt = {key: prompt, "multi_modal_data": {"image": images}}

@@ -25,6 +25,7 @@ from vllm_tvm.artifacts.runtime_spec import (
     AttentionLayerSpec,
     DraftHeadSpec,
     HiddenStatesSpec,
+    PatchMergeSpec,
     RecurrentStateSpec,
     RuntimeSpec,
     VisionSpec,
@@ -37,6 +38,7 @@ from vllm_tvm.artifacts.speculative_roles import (
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.gated_delta_net import STATE_DTYPE
 from vllm_tvm.model_defs.gemma3_multimodal import ENCODE_IMAGES
+from vllm_tvm.model_defs.qwen2_5_vl import Qwen2_5_VLConfig
 from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -65,6 +67,7 @@ def runtime_spec_for(
     window = getattr(config, "sliding_window", None)
     sliding = any(layers.kind == SLIDING_ATTENTION for layers in attention)
     recurrent = _recurrent_state(model)
+    vision = _vision(config, functions)
     return RuntimeSpec(
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
@@ -78,14 +81,16 @@ def runtime_spec_for(
         max_num_seqs_reason=MLA_BATCH_REASON if latent else "",
         # A shared block holds keys and values but not the recurrent state after it. Image
         # soft tokens share one placeholder id; the runtime keys their blocks by the
-        # image's digest (runtime/kv/prefix_cache.py), so images do not stop caching.
-        prefix_caching=not sliding and not recurrent,
+        # image's digest (runtime/kv/prefix_cache.py), so images do not stop caching. With
+        # M-RoPE the suffix after a hit would need the prompt's 3-D positions from the hit's
+        # end: not checked yet, so such artifacts do not cache.
+        prefix_caching=not sliding and not recurrent and not (vision and vision.multimodal_rope),
         ragged_dispatch=RAGGED_LATENT if "extend" in functions else RAGGED_PREFILL,
         decode_single="decode_single" in functions,
         device_sampling="argmax" in functions and "sample" in functions,
         hidden_states=_hidden_states(config, functions),
         draft_head=_draft_head(config),
-        vision=_vision(config, functions),
+        vision=vision,
     )
 
 
@@ -149,9 +154,24 @@ def _draft_head(config: Any) -> DraftHeadSpec | None:
 
 
 def _vision(config: Any, functions: list[str]) -> VisionSpec | None:
-    """The image encoder of a model that exports one (model_defs/gemma3_multimodal.py)."""
+    """The image encoder of a model that exports one (model_defs/gemma3_multimodal.py,
+    qwen2_5_vl.py)."""
     if ENCODE_IMAGES not in functions:
         return None
+    if isinstance(config, Qwen2_5_VLConfig):
+        vision = config.vision
+        return VisionSpec(
+            encoder_function=ENCODE_IMAGES,
+            image_size=None,
+            tokens_per_image=None,
+            image_token_id=config.image_token_id,
+            begin_image_token_id=config.vision_start_token_id,
+            end_image_token_id=config.vision_end_token_id,
+            patch_merge=PatchMergeSpec(
+                vision.patch_size, vision.spatial_merge_size, vision.window_size
+            ),
+            multimodal_rope=True,
+        )
     side = config.vision.image_size
     return VisionSpec(
         encoder_function=ENCODE_IMAGES,

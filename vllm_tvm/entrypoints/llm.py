@@ -146,7 +146,7 @@ class LLM:
             prompts.append(
                 self.chat_prompt_ids(
                     conversation,  # type: ignore[arg-type]
-                    len(prompt_images),
+                    prompt_images,
                     chat_template=chat_template,
                     add_generation_prompt=add_generation_prompt,
                     tools=tools,
@@ -168,11 +168,14 @@ class LLM:
         ]
 
     def chat_prompt_ids(
-        self, conversation: Conversation, images: int = 0, **template_options: Any
+        self,
+        conversation: Conversation,
+        images: Sequence[DecodedImage] = (),
+        **template_options: Any,
     ) -> list[int]:
         """The token ids of `conversation` rendered by the chat template (`template_options`:
-        chat_template, add_generation_prompt, tools, or the template's own variables), its
-        `images` placeholders expanded into their soft tokens."""
+        chat_template, add_generation_prompt, tools, or the template's own variables), the
+        placeholders of its `images` expanded into their soft tokens."""
         intake = self.engine.intake.image_intake
         placeholder = None if intake is None else intake.placeholder
         messages = template_messages(conversation, placeholder)

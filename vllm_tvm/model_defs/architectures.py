@@ -23,6 +23,7 @@ from vllm_tvm.model_defs import (
     learned_positions,
     llama,
     moe,
+    qwen2_5_vl,
     qwen3_next,
 )
 from vllm_tvm.model_defs.checkpoint_layout import CheckpointLayout
@@ -31,6 +32,7 @@ from vllm_tvm.model_defs.deepseek_config import parse_deepseek_config
 from vllm_tvm.model_defs.gemma3_multimodal import parse_gemma3_multimodal_config
 from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
 from vllm_tvm.model_defs.moe_config import parse_moe_config
+from vllm_tvm.model_defs.qwen2_5_vl import parse_qwen2_5_vl_config
 from vllm_tvm.model_defs.qwen3_next_config import parse_hybrid_config
 
 WeightSources = Callable[[str], tuple[list[str], int]]
@@ -135,6 +137,13 @@ _GEMMA3_MULTIMODAL = ModelFamily(
     checkpoint_layout=gemma3_multimodal.checkpoint_layout,
 )
 
+_QWEN2_5_VL = ModelFamily(
+    name="qwen2_5_vl",
+    parse_config=parse_qwen2_5_vl_config,
+    build_model=qwen2_5_vl.Qwen2_5_VLForConditionalGeneration,
+    weight_sources=qwen2_5_vl.qwen2_5_vl_weight_sources,
+)
+
 _HYBRID_FAMILY = ModelFamily(
     name="hybrid",
     parse_config=parse_hybrid_config,
@@ -154,12 +163,14 @@ DEFINITIONS: dict[str, ModelFamily] = {
         _OPT_FAMILY,
         _GPT2_FAMILY,
         _GEMMA3_MULTIMODAL,
+        _QWEN2_5_VL,
         _HYBRID_FAMILY,
     )
 }
 """The model definitions by the name a family module's `definition` gives
 (`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `gemma3-multimodal`: the
-decoder of a multimodal Gemma 3 checkpoint with its vision tower)."""
+decoder of a multimodal Gemma 3 checkpoint with its vision tower; `qwen2_5_vl`: Qwen2.5-VL's
+M-RoPE decoder with its vision tower)."""
 
 
 def family_for(config: dict[str, Any]) -> ModelFamily:

@@ -8,19 +8,31 @@ cache (created with `RopeMode.NONE`) stores k. Positions are the cache's own que
 positions, so chunked prefill, batching and prefix caching see the same positions as with
 the cache's rotation. The rotation is transformers' `rotate_half` form over the first
 `rotary_dim` channels.
+
+Sectioned rotation (`apply_sectioned_rotary`): the frequencies are split into consecutive
+sections, each rotated by its own position stream. Qwen2.5-VL's M-RoPE uses three (the
+temporal, row and column positions of an image token; `mrope_section` frequencies each)
+and its vision tower two (a patch's row and column, half of the frequencies each). When
+every stream carries the same position it is the plain rotation at that position, which
+is why a forward with no image tokens can use the cache's positions (`apply_rotary`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from tvm import te, tirx
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache
 
+PositionAt = Callable[[tirx.Expr, tirx.Expr], tirx.Expr]
+"""(flattened token index, frequency index) -> that token's position for that frequency."""
+
 
 def _rotate(
     qkv: te.Tensor,
-    positions: te.Tensor,
+    position_at: PositionAt,
     inv_freq: te.Tensor,
     rotating_heads: int,
     cos_sin_factor: float,
@@ -29,10 +41,11 @@ def _rotate(
     _, seq_len, _, head_dim = qkv.shape
     half = inv_freq.shape[0]
 
-    def element(b: tirx.Var, s: tirx.Var, h: tirx.Var, d: tirx.Var) -> tirx.PrimExpr:
+    def element(b: tirx.Var, s: tirx.Var, h: tirx.Var, d: tirx.Var) -> tirx.Expr:
         value = qkv[b, s, h, d]
-        position = positions[b * seq_len + s].astype("float32")
-        angle = position * inv_freq[tirx.floormod(d, half)]
+        frequency = tirx.floormod(d, half)
+        position = position_at(b * seq_len + s, frequency).astype("float32")
+        angle = position * inv_freq[frequency]
         partner = tirx.if_then_else(
             d < half,
             -qkv[b, s, h, tirx.min(d + half, head_dim - 1)],
@@ -58,7 +71,46 @@ def apply_rotary(
     batch, seq_len, _, _ = qkv.shape
     positions = kv_cache.get_query_positions(batch * seq_len)
     return op.tensor_expr_op(
-        lambda x, pos, freq: _rotate(x, pos, freq, rotating_heads, cos_sin_factor),
+        lambda x, pos, freq: _rotate(
+            x, lambda token, _: pos[token], freq, rotating_heads, cos_sin_factor
+        ),
         "rotary_embedding",
+        [qkv, positions, Tensor.from_const(inv_freq)],
+    )
+
+
+def _section_of(frequency: tirx.Expr, sections: tuple[int, ...]) -> tirx.Expr:
+    """Index of the section that frequency index `frequency` falls in."""
+    stream: tirx.Expr = tirx.IntImm("int32", len(sections) - 1)
+    end = sum(sections)
+    for index in range(len(sections) - 2, -1, -1):
+        end -= sections[index + 1]
+        stream = tirx.Select(frequency < end, tirx.IntImm("int32", index), stream)
+    return stream
+
+
+def apply_sectioned_rotary(
+    qkv: Tensor,
+    positions: Tensor,
+    inv_freq: np.ndarray,
+    sections: tuple[int, ...],
+    rotating_heads: int,
+) -> Tensor:
+    """Rotate the q and k heads of `qkv` [b, s, heads, head_dim]: frequency i by the
+    position stream of its section, `positions` [streams, b * s] (int32)."""
+    if sum(sections) != len(inv_freq) or positions.shape[0] != len(sections):
+        raise ValueError(
+            f"rotary sections {sections} must cover the {len(inv_freq)} frequencies, one "
+            "position stream each"
+        )
+    return op.tensor_expr_op(
+        lambda x, pos, freq: _rotate(
+            x,
+            lambda token, frequency: pos[_section_of(frequency, sections), token],
+            freq,
+            rotating_heads,
+            1.0,
+        ),
+        "sectioned_rotary_embedding",
         [qkv, positions, Tensor.from_const(inv_freq)],
     )

@@ -246,7 +246,7 @@ class ServingContext:
         if images:
             assert self.image_intake is not None  # `chat_images` found images
             try:
-                text = self.image_intake.expand_text(text, len(images))
+                text = self.image_intake.expand_text(text, images)
             except ValueError as err:
                 raise APIError(str(err), param="messages") from err
         return self.encode(text, add_special)

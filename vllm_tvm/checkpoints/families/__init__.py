@@ -19,6 +19,7 @@ from vllm_tvm.checkpoints.families import (
     opt,
     phi3,
     qwen,
+    qwen2_5_vl,
     qwen3_next,
     qwen_moe,
     refused,
@@ -37,6 +38,7 @@ FAMILY_MODULES = (
     deepseek,
     opt,
     qwen3_next,
+    qwen2_5_vl,
     refused,
 )
 """Every family module, in the order `supported:` lists their architectures."""

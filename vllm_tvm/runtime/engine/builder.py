@@ -21,6 +21,7 @@ from vllm_tvm.artifacts.speculative_roles import HEAD_ARCHITECTURES
 from vllm_tvm.checkpoints.generation_config import stop_token_ids_from_checkpoint
 from vllm_tvm.runtime.engine.args import DEFAULT_NUM_BLOCKS, EngineArgs
 from vllm_tvm.runtime.engine.image_intake import ImageIntake
+from vllm_tvm.runtime.engine.patch_merge_intake import PatchMergeImageIntake
 from vllm_tvm.runtime.engine.scheduler import SchedulerConfig
 from vllm_tvm.runtime.kv.cache_config import (
     CacheConfig,
@@ -200,7 +201,8 @@ def _image_intake(
     """The image intake of an artifact that carries a vision tower (none otherwise)."""
     if spec.vision is None:
         return None
-    return ImageIntake.from_checkpoint(model_path, spec.vision, tokenizer, budget)
+    intake = ImageIntake if spec.vision.patch_merge is None else PatchMergeImageIntake
+    return intake.from_checkpoint(model_path, spec.vision, tokenizer, budget)
 
 
 def _dummy_params(args: EngineArgs, manifest: Manifest) -> list[Any] | None:

@@ -31,6 +31,14 @@ from vllm_tvm.runtime.tokenization import Tokenizer
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
 
 
+def pixel_digest(pixels: np.ndarray, grid: tuple[int, ...] = ()) -> str:
+    """sha256 of one image's pixel values, their shape and its patch `grid` (what tells two
+    images apart: two grids can hold equal bytes)."""
+    digest = hashlib.sha256(repr((pixels.shape, tuple(int(n) for n in grid))).encode())
+    digest.update(np.ascontiguousarray(pixels).tobytes())
+    return digest.hexdigest()
+
+
 class ImageIntake:
     """Turns a prompt and its images into prompt ids and `PromptImages`."""
 
@@ -73,22 +81,22 @@ class ImageIntake:
             return None
         return self._token(self.vision.begin_image_token_id)
 
-    def expand_text(self, text: str, images: int) -> str:
+    def expand_text(self, text: str, images: Sequence[DecodedImage]) -> str:
         """`text` with each begin-of-image token expanded as Gemma 3's processor does."""
         assert self.tokenizer is not None  # a text prompt is refused without one
         begin = self._token(self.vision.begin_image_token_id)
         found = text.count(begin)
-        self._check_count(found, images, begin)
+        self._check_count(found, len(images), begin)
         soft = self._token(self.vision.image_token_id) * self.vision.tokens_per_image
         block = f"\n\n{begin}{soft}{self._token(self.vision.end_image_token_id)}\n\n"
         return text.replace(begin, block)
 
-    def expand_ids(self, prompt_ids: list[int], images: int) -> list[int]:
+    def expand_ids(self, prompt_ids: list[int], images: Sequence[DecodedImage]) -> list[int]:
         """Token ids with the soft tokens and end-of-image id after each begin-of-image id
         (one already followed by its soft tokens, as an expanded text tokenizes, is kept)."""
         vision = self.vision
         begin = vision.begin_image_token_id
-        self._check_count(prompt_ids.count(begin), images, f"token id {begin}")
+        self._check_count(prompt_ids.count(begin), len(images), f"token id {begin}")
         soft = [vision.image_token_id] * vision.tokens_per_image
         expanded: list[int] = []
         for index, token in enumerate(prompt_ids):
@@ -114,26 +122,31 @@ class ImageIntake:
                     f"the begin-of-image token at position {start - 1} is not followed by "
                     f"{span} image tokens (id {vision.image_token_id})"
                 )
-        floor = starts[-1] + span
-        if floor > self.max_image_prefill:
-            raise ValueError(
-                f"the prompt's images end at token {floor}, past the {self.max_image_prefill} "
-                "tokens one prefill chunk may take (max_num_batched_tokens): a prompt is "
-                "prefilled through its last image in one chunk"
-            )
-        if self.processor is None:
-            raise ValueError(f"image input is unavailable: {self.unavailable}")
-        pixels = self.processor.preprocess(list(images)).pixel_values
+        self._check_prefill_floor(starts[-1] + span)
+        pixels = self._processor().preprocess(list(images)).pixel_values
         expected = (3, *vision.image_size)
         if tuple(pixels.shape[1:]) != expected:
             raise ValueError(
                 f"the image processor made pixel values {tuple(pixels.shape[1:])}; the vision "
                 f"tower takes {expected}"
             )
-        digests = tuple(
-            hashlib.sha256(np.ascontiguousarray(p).tobytes()).hexdigest() for p in pixels
-        )
-        return PromptImages(starts, span, pixels.astype(np.float32), digests)
+        digests = tuple(pixel_digest(p) for p in pixels)
+        return PromptImages(starts, (span,) * len(starts), pixels.astype(np.float32), digests)
+
+    def _check_prefill_floor(self, floor: int) -> None:
+        """Refuses images that end past what one prefill chunk may take."""
+        if floor > self.max_image_prefill:
+            raise ValueError(
+                f"the prompt's images end at token {floor}, past the {self.max_image_prefill} "
+                "tokens one prefill chunk may take (max_num_batched_tokens): a prompt is "
+                "prefilled through its last image in one chunk"
+            )
+
+    def _processor(self) -> ImageProcessor:
+        """The image processor; refuses images when the checkpoint has none."""
+        if self.processor is None:
+            raise ValueError(f"image input is unavailable: {self.unavailable}")
+        return self.processor
 
     def _token(self, token_id: int) -> str:
         assert self.tokenizer is not None

@@ -129,7 +129,8 @@ class RequestIntake:
         if images and self.image_intake is None:
             raise ValueError(
                 "this model takes text only: image input needs an artifact with a vision "
-                "tower (a Gemma3ForConditionalGeneration checkpoint)"
+                "tower (a Gemma3ForConditionalGeneration or Qwen2_5_VLForConditionalGeneration "
+                "checkpoint)"
             )
         text = prompt if isinstance(prompt, str) else None
         if not images:
@@ -138,9 +139,9 @@ class RequestIntake:
         intake = self.image_intake
         assert intake is not None
         if text is not None:
-            ids = self.tokenizer.encode(intake.expand_text(text, len(images)))  # type: ignore[union-attr]
+            ids = self.tokenizer.encode(intake.expand_text(text, images))  # type: ignore[union-attr]
         else:
-            ids = intake.expand_ids([int(t) for t in prompt], len(images))
+            ids = intake.expand_ids([int(t) for t in prompt], images)
         return text, ids, intake.prompt_images(ids, images)
 
     def _make_sequence(

@@ -13,6 +13,10 @@ a row per prompt position). As in vLLM v1, a step is one forward whatever it mix
   `logit_positions` selects the rows that are needed (the last token of each chunk that
   finishes its sequence's tokens, every position of a chunk that wants prompt logprobs).
 
+A sequence whose images carry M-RoPE positions (Qwen2.5-VL) is never a decode row: its
+positions are not the cache's, so every forward holding it is the ragged one, which takes
+every row's positions (`ForwardBatch.rope_positions`).
+
 Chunks are laid out prefills first, then decode rows, so that sequences sample in the same
 order whichever forward runs (the order of the shared random generator's draws).
 """
@@ -43,14 +47,20 @@ class ForwardRunner(Protocol):
         logit_positions: Sequence[int] | None = None,
         recurrent_slots: Sequence[int] | None = None,
         images: ForwardImages | None = None,
+        rope_positions: np.ndarray | None = None,
     ) -> DeviceLogits:
         """One ragged forward over `chunks`; the logits rows at `logit_positions`
         (`recurrent_slots`: each sequence's recurrent-state slot, for a hybrid model;
-        `images`: soft-token rows whose embeddings are replaced, for a vision model)."""
+        `images`: soft-token rows whose embeddings are replaced, for a vision model;
+        `rope_positions` [3, tokens]: every row's M-RoPE positions, for a model with them)."""
         ...
 
-    def encode_images(self, pixel_values: np.ndarray) -> np.ndarray:
-        """Soft-token embeddings [images, tokens, hidden] of pixel values [images, 3, H, W]."""
+    def encode_images(
+        self, pixel_values: np.ndarray, layout: Sequence[np.ndarray] = ()
+    ) -> np.ndarray:
+        """Soft-token embeddings of preprocessed images: [images, tokens, hidden] of pixel
+        values [images, 3, H, W], or [tokens of all images, hidden] of merge-unit patches
+        and their `layout` (PromptImages.encoder_layout)."""
         ...
 
     def decode_logits(
@@ -96,11 +106,20 @@ class ForwardBatch:
     images: list[tuple[int, PromptImages]] = field(default_factory=list)
     """(row of the chunk's first token, the prompt's images) of each chunk that prefills
     images: always from the prompt's start through its last image."""
+    rope_positions: np.ndarray | None = None
+    """[3, tokens] int32: every row's M-RoPE positions when some sequence of the batch has
+    them (its images'); None: the forward rotates at the cache's positions."""
 
     @property
     def is_decode(self) -> bool:
         """Whether the batch runs the decode forward."""
         return self.logit_positions is None
+
+
+def has_rope_positions(seq: EngineSequence) -> bool:
+    """Whether `seq`'s tokens rotate at M-RoPE positions of its images' (never the cache's
+    own: such a sequence always runs in the ragged forward, which takes positions)."""
+    return seq.images is not None and seq.images.rope_positions is not None
 
 
 def is_decode_row(item: ScheduledSequence) -> bool:
@@ -123,7 +142,7 @@ def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
             decodes.append(item.seq)
         else:
             prefills.append(item)
-    if not prefills:
+    if not prefills and not any(has_rope_positions(seq) for seq in decodes):
         return ForwardBatch(
             kv_ids=[seq.kv_id for seq in decodes],  # type: ignore[misc]  # scheduled sequences hold KV
             token_ids=[seq.token_ids[-1] for seq in decodes],
@@ -198,6 +217,8 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
     if not positions:  # no chunk finishes its tokens: no logits are needed, one is made
         positions.append(offset - 1)
     slots = recurrent_slots([*(item.seq for item in prefills), *decodes])
+    chunks = [(item.seq, item.seq.num_computed_tokens, item.num_tokens) for item in prefills]
+    chunks += [(seq, len(seq.token_ids) - 1, 1) for seq in decodes]
     return ForwardBatch(
         kv_ids,
         token_ids,
@@ -208,7 +229,22 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
         logprob_rows,
         slots,
         images,
+        _rope_positions(chunks),
     )
+
+
+def _rope_positions(chunks: list[tuple[EngineSequence, int, int]]) -> np.ndarray | None:
+    """[3, tokens] M-RoPE positions of the (sequence, start, count) chunks when one of
+    them has positions of its own; a sequence without any at its indices in all three."""
+    if not any(has_rope_positions(seq) for seq, _, _ in chunks):
+        return None
+    parts = [
+        seq.images.positions(start, count)  # type: ignore[union-attr]
+        if has_rope_positions(seq)
+        else np.broadcast_to(np.arange(start, start + count, dtype=np.int32), (3, count))
+        for seq, start, count in chunks
+    ]
+    return np.concatenate(parts, axis=1).astype(np.int32)
 
 
 def run_forward(runner: ForwardRunner, batch: ForwardBatch) -> DeviceLogits:
@@ -219,6 +255,8 @@ def run_forward(runner: ForwardRunner, batch: ForwardBatch) -> DeviceLogits:
     )
     if batch.images:
         slots["images"] = forward_images(runner, batch.images)
+    if batch.rope_positions is not None:
+        slots["rope_positions"] = batch.rope_positions
     if batch.logit_positions is None:
         return runner.decode_logits(batch.kv_ids, batch.token_ids, **slots)
     ends = list(itertools.accumulate(batch.chunk_lengths))
@@ -239,9 +277,14 @@ def forward_images(
     groups: list[np.ndarray] = []
     for offset, images in chunks:
         if images.embeddings is None:
-            images.embeddings = runner.encode_images(images.pixel_values)
-        for start, image_embeddings in zip(images.starts, images.embeddings, strict=True):
-            span = np.arange(offset + start, offset + start + images.tokens_per_image)
+            encoded = runner.encode_images(images.pixel_values, images.encoder_layout)
+            if encoded.ndim == 2:  # all images' tokens in one sequence
+                encoded = np.split(encoded, np.cumsum(images.lengths)[:-1])
+            images.embeddings = list(encoded)
+        for start, length, image_embeddings in zip(
+            images.starts, images.lengths, images.embeddings, strict=True
+        ):
+            span = np.arange(offset + start, offset + start + length)
             rows.append(span)
             embeddings.append(image_embeddings)
             groups.append(np.full(len(span), len(groups)))

@@ -151,15 +151,20 @@ class ModelRunner(Runner):
         ids = self.forward_input(np.asarray(token_ids, dtype=np.int32))
         return self._embed(ids, self.params)
 
-    def encode_images(self, pixel_values: np.ndarray) -> np.ndarray:
-        """The soft-token embeddings [images, tokens, hidden] of preprocessed images
-        [images, 3, H, W], from the artifact's compiled image encoder."""
+    def encode_images(
+        self, pixel_values: np.ndarray, layout: Sequence[np.ndarray] = ()
+    ) -> np.ndarray:
+        """The soft-token embeddings of preprocessed images, from the artifact's compiled
+        image encoder: [images, tokens, hidden] of pixel values [images, 3, H, W], or
+        [tokens of all images, hidden] of merge-unit patches and their index `layout`
+        (runtime/multimodal/patch_merge_layout.py)."""
         vision = self.spec.vision
         if vision is None:
             raise ArtifactError("the artifact has no vision tower: it takes text only")
         typed = np.ascontiguousarray(to_dtype(pixel_values, self.manifest.dtype))
+        indices = [self.to_device(np.ascontiguousarray(array)) for array in layout]
         encoder = self._function(vision.encoder_function)
-        return encoder(self.to_device(typed), self.params).numpy()
+        return encoder(self.to_device(typed), *indices, self.params).numpy()
 
     def to_device(self, array: np.ndarray) -> Any:
         """`array` copied to the runner's device."""
@@ -210,6 +215,7 @@ class ModelRunner(Runner):
         zeroed_rows: Sequence[int] = (),
         recurrent_slots: Sequence[int] | None = None,
         images: ForwardImages | None = None,
+        rope_positions: np.ndarray | None = None,
     ) -> tuple[DeviceLogits, np.ndarray | None, np.ndarray]:
         """One ragged forward through the compiled `{mode}{suffix}` (`_ragged_mode`);
         `input_hidden` [tokens, hidden] goes in after the embeddings (their rows
@@ -219,7 +225,8 @@ class ModelRunner(Runner):
         the function made them), None when it returns none; the int32 positions.
         A hybrid model's forward also takes `recurrent_slots` (`_state_inputs`); with
         `images` their rows' embeddings are replaced and the artifact's image prefill runs
-        (model_defs/image_block_attention.py)."""
+        (model_defs/image_block_attention.py); so it does with `rope_positions` [3, tokens]
+        (M-RoPE: model_defs/qwen2_5_vl.py), which it takes instead of the attention bias."""
         lengths, positions, flat = self._ragged_plan(chunks, logit_positions)
         mode = self._ragged_mode(seq_ids, lengths)
         rows_shape = (len(flat), 1) if mode == DECODE else (1, len(flat))
@@ -239,7 +246,10 @@ class ModelRunner(Runner):
         if mode != DECODE:
             inputs.append(self.forward_input(positions))
         name = mode + suffix
-        if images is not None:
+        if rope_positions is not None:
+            name = IMAGE_PREFILL
+            inputs.append(self.forward_input(np.ascontiguousarray(rope_positions, np.int32)))
+        elif images is not None:
             name = IMAGE_PREFILL
             bias, rows = image_attention_inputs(lengths, images)
             typed_rows = np.ascontiguousarray(to_dtype(rows, self.manifest.dtype))
@@ -294,9 +304,15 @@ class ModelRunner(Runner):
         logit_positions: Sequence[int] | None = None,
         recurrent_slots: Sequence[int] | None = None,
         images: ForwardImages | None = None,
+        rope_positions: np.ndarray | None = None,
     ) -> DeviceLogits:
         return self.run_ragged(
-            seq_ids, chunks, logit_positions, recurrent_slots=recurrent_slots, images=images
+            seq_ids,
+            chunks,
+            logit_positions,
+            recurrent_slots=recurrent_slots,
+            images=images,
+            rope_positions=rope_positions,
         )[0]
 
     def prefill_with_hidden(

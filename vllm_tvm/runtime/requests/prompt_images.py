@@ -38,26 +38,45 @@ class PromptImages:
     encoded, its soft-token embeddings."""
 
     starts: tuple[int, ...]
-    tokens_per_image: int
+    lengths: tuple[int, ...]
+    """Soft tokens of each image."""
     pixel_values: np.ndarray
-    """[images, 3, H, W] float32, as the image processor made them."""
+    """As the image processor made them: [images, 3, H, W] float32 (fixed size), or the
+    patches of all images grouped by merge unit [units, merge², patch width]."""
     digests: tuple[str, ...] = ()
     """sha256 of each image's pixel values (what tells two images apart)."""
-    embeddings: np.ndarray | None = None
-    """[images, tokens_per_image, hidden] once the encoder has run."""
+    encoder_layout: tuple[np.ndarray, ...] = ()
+    """The encoder's inputs after the pixel values (a patch-merging tower's index layout:
+    runtime/multimodal/patch_merge_layout.py); empty for a fixed-size one."""
+    rope_positions: np.ndarray | None = None
+    """[3, prompt tokens] int32: the prompt's M-RoPE positions; None: 1-D positions."""
+    rope_delta: int = 0
+    """Position minus index of every token after the prompt (M-RoPE)."""
+    embeddings: list[np.ndarray] | None = None
+    """Each image's [tokens, hidden] once the encoder has run."""
 
     @property
     def placeholders(self) -> tuple[MediaPlaceholder, ...]:
         """Each image's soft-token range and digest, in prompt order."""
         return tuple(
-            MediaPlaceholder(start, self.tokens_per_image, digest)
-            for start, digest in zip(self.starts, self.digests, strict=True)
+            MediaPlaceholder(start, length, digest)
+            for start, length, digest in zip(self.starts, self.lengths, self.digests, strict=True)
         )
 
     @property
     def prefill_floor(self) -> int:
         """Prompt tokens the first chunk must cover: through the end of the last image."""
-        return self.starts[-1] + self.tokens_per_image
+        return self.starts[-1] + self.lengths[-1]
+
+    def positions(self, start: int, count: int) -> np.ndarray:
+        """[3, count] M-RoPE positions of the sequence's tokens [start, start + count) (the
+        prompt's from its table, later ones at index + delta)."""
+        assert self.rope_positions is not None
+        prompt = self.rope_positions.shape[1]
+        index = np.arange(start, start + count)
+        later = np.broadcast_to(index + self.rope_delta, (3, count))
+        inside = self.rope_positions[:, np.minimum(index, prompt - 1)]
+        return np.where(index < prompt, inside, later).astype(np.int32)
 
 
 @dataclass(frozen=True)
