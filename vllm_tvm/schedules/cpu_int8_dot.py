@@ -109,10 +109,10 @@ def quantize_activations(rows: Rows, columns: int, with_sums: bool = False) -> t
                             total[0] = total[0] + T.Cast("int32", q[i, b * BLOCK + lane])
                         s[i, b] = T.Cast("float16", T.Cast("float32", total[0]) * scale)
 
-    return main if with_sums else _without(main, "s")
+    return main if with_sums else without_params(main, "s")
 
 
-def _without(func: tirx.PrimFunc, *names: str) -> tirx.PrimFunc:
+def without_params(func: tirx.PrimFunc, *names: str) -> tirx.PrimFunc:
     """`func` without the parameters `names` (buffers its body, as built, does not use)."""
     kept = [param for param in func.params if param.name not in names]
     return tirx.PrimFunc(kept, func.body, func.ret_type, func.attrs)
@@ -136,7 +136,7 @@ def _round_half_away(value: tirx.Expr) -> tirx.Expr:
     return whole + up + down
 
 
-def _block_sum(w: tirx.Expr, x: tirx.Expr, isa: str, signed_weights: bool) -> tirx.Expr:
+def block_sum(w: tirx.Expr, x: tirx.Expr, isa: str, signed_weights: bool) -> tirx.Expr:
     """Sum of w * x over 32 int8 pairs, as eight int32 partial sums. Weights not
     `signed_weights` (0..15) are multiplied as the unsigned bytes they are, as they stand."""
     magnitude, signed = w, x
@@ -169,6 +169,41 @@ def _nibble_block(words: tirx.Expr, fifth_bits: tirx.Expr | None, offset: int) -
     return values - T.broadcast(T.int8(offset), BLOCK) if offset else values
 
 
+def weight_block(
+    fmt_name: str, qs: tirx.Buffer, qh: tirx.Buffer, j: tirx.Expr, b: tirx.Expr
+) -> tirx.Expr:
+    """Block `b` of weight row `j` as 32 int8 values: Q8_0's as stored, the 4-bit formats'
+    (with Q5_0 / Q5_1's fifth bits) less their `_SIGNED_OFFSET`, in `_EVEN_THEN_ODD` order."""
+    if fmt_name == "q8_0":
+        return qs[j, T.ramp(b * BLOCK, 1, BLOCK)]
+    fifth_bits = qh[j, b] if fmt_name in _FIFTH_BIT_FORMATS else None
+    words = qs[j, T.ramp(b * 4, 1, 4)]
+    return _nibble_block(words, fifth_bits, _SIGNED_OFFSET.get(fmt_name, 0))
+
+
+def activation_block(fmt_name: str, xq: tirx.Buffer, i: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
+    """Block `b` of quantized activation row `i`, in the order `weight_block` gives."""
+    block = xq[i, T.ramp(b * BLOCK, 1, BLOCK)]
+    return block if fmt_name == "q8_0" else T.Shuffle([block], _EVEN_THEN_ODD)
+
+
+def weight_planes(fmt_name: str, features: int, columns: int) -> tuple[tuple[int, int], str]:
+    """Shape and dtype of `fmt_name`'s `qs` plane: int8 values, or 4-bit values in uint32s."""
+    if fmt_name == "q8_0":
+        return (features, columns), "int8"
+    return (features, columns // 8), "uint32"
+
+
+def check_supported(fmt_name: str, isa: str) -> None:
+    """Refuses, by name, a weight format or an ISA the integer kernels do not have."""
+    if fmt_name not in INT8_DOT_FORMATS:
+        raise ValueError(
+            f"no int8 dot product for {fmt_name!r}; supported: {', '.join(INT8_DOT_FORMATS)}"
+        )
+    if isa not in (VNNI, AVX2):
+        raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {VNNI}, {AVX2}")
+
+
 def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) -> tirx.PrimFunc:
     """`main(xq int8 [rows, columns], xd float16 [rows, blocks], qs, d, out float32 [rows,
     features])`: quantized activations times the weight planes `qs`, `d` of `fmt_name`.
@@ -176,30 +211,10 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
     block sums `xs` after `xd` (`quantize_activations(..., with_sums=True)`) and the
     weights' mins `m` after `d`, adding m * s per block, as llama.cpp's
     `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q5_1_q8_1` do."""
-    if fmt_name not in INT8_DOT_FORMATS:
-        raise ValueError(
-            f"no int8 dot product for {fmt_name!r}; supported: {', '.join(INT8_DOT_FORMATS)}"
-        )
-    if isa not in (VNNI, AVX2):
-        raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {VNNI}, {AVX2}")
+    check_supported(fmt_name, isa)
     blocks = columns // BLOCK
-    nibbles = fmt_name != "q8_0"
-    fifth = fmt_name in _FIFTH_BIT_FORMATS
     offset = fmt_name in OFFSET_FORMATS
-    weight_shape, weight_dtype = (
-        ((features, columns // 8), "uint32") if nibbles else ((features, columns), "int8")
-    )
-
-    def weight_block(qs: tirx.Buffer, qh: tirx.Buffer, j: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
-        if nibbles:
-            fifth_bits = qh[j, b] if fifth else None
-            words = qs[j, T.ramp(b * 4, 1, 4)]
-            return _nibble_block(words, fifth_bits, _SIGNED_OFFSET.get(fmt_name, 0))
-        return qs[j, T.ramp(b * BLOCK, 1, BLOCK)]
-
-    def activation_block(xq: tirx.Buffer, i: tirx.Expr, b: tirx.Expr) -> tirx.Expr:
-        block = xq[i, T.ramp(b * BLOCK, 1, BLOCK)]
-        return T.Shuffle([block], _EVEN_THEN_ODD) if nibbles else block
+    weight_shape, weight_dtype = weight_planes(fmt_name, features, columns)
 
     @T.prim_func(s_tir=True)
     def main(
@@ -222,9 +237,8 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
                     mins[0] = T.float32(0)
                     for b in range(blocks):
                         scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
-                        sums = _block_sum(
-                            weight_block(qs, qh, j, b), activation_block(xq, i, b), isa, not offset
-                        )
+                        w = weight_block(fmt_name, qs, qh, j, b)
+                        sums = block_sum(w, activation_block(fmt_name, xq, i, b), isa, not offset)
                         acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(
                             scale, 8
                         ) * T.Cast("float32x8", sums)
@@ -236,5 +250,11 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
                         acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
                     ) + mins[0]
 
-    unused = ([] if offset else ["xs", "m"]) + ([] if fifth else ["qh"])
-    return _without(main, *unused)
+    return without_params(main, *unused_params(fmt_name))
+
+
+def unused_params(fmt_name: str) -> list[str]:
+    """The parameters of a product kernel `fmt_name`'s planes leave out: the block sums and
+    mins but for OFFSET_FORMATS, the fifth bits but for Q5_0 / Q5_1."""
+    offset, fifth = fmt_name in OFFSET_FORMATS, fmt_name in _FIFTH_BIT_FORMATS
+    return ([] if offset else ["xs", "m"]) + ([] if fifth else ["qh"])
