@@ -90,9 +90,51 @@ def int8_variant(fmt_name: str, features: int, columns: int, tiled: bool) -> Cal
     return run
 
 
+def variant(name: str, fmt_name: str, features: int, columns: int) -> Kernel:
+    """The compiled variant `name` (see the module docstring) of the product."""
+    if name == "float":
+        return build(fmt_name, features, columns, None, rows=None)
+    if name not in ("int8_rows", "int8_tiled"):
+        raise ValueError(f"unknown variant {name!r}: float, int8_rows or int8_tiled")
+    return int8_variant(fmt_name, features, columns, tiled=name == "int8_tiled")
+
+
+def measure(
+    kernels: dict[str, Kernel], fmt_name: str, features: int, columns: int, rows: int, args: Any
+) -> dict[str, Any]:
+    """The variants at `rows` token rows, timed in alternating rounds; calls per timing
+    scaled so that each timing covers about `args.calls` 512-row products' work."""
+    inputs = arguments(fmt_name, features, columns, seed=0, rows=rows)
+    outputs = {}
+    for name, kernel in kernels.items():
+        kernel(*inputs)
+        outputs[name] = inputs[-1].numpy().copy()
+    reference = outputs[next(iter(outputs))]
+    scale = float(np.abs(reference).max())
+    calls = max(args.calls, args.calls * 512 // rows)
+    raw: dict[str, list[tuple[float, float]]] = {name: [] for name in kernels}
+    for index in range(args.rounds):
+        order = list(kernels) if index % 2 == 0 else list(reversed(kernels))
+        for name in order:
+            raw[name].append(timed(kernels[name], inputs, calls))
+    macs = rows * features * columns
+    return {
+        name: {
+            "cpu_ms": statistics.median(c for c, _ in raw[name]) * 1e3,
+            "min_cpu_ms": min(c for c, _ in raw[name]) * 1e3,
+            "wall_ms": statistics.median(w for _, w in raw[name]) * 1e3,
+            "gmac_per_cpu_s": macs / statistics.median(c for c, _ in raw[name]) / 1e9,
+            "max_rel_diff_vs_first": float(np.abs(outputs[name] - reference).max()) / scale,
+            "calls_per_timing": calls,
+            "raw_cpu_wall_s": raw[name],
+        }
+        for name in kernels
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--rows", default="512", help="comma-separated token row counts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2, help="calls per timing")
     parser.add_argument("--threads", type=int, default=1, help="TVM worker pool size")
@@ -110,37 +152,15 @@ def main() -> None:
     for fmt_name in args.formats.split(","):
         for features, columns in shapes:
             key = f"{fmt_name}_{features}x{columns}"
-            makers = {
-                "float": lambda: build(fmt_name, features, columns, None, rows=None),
-                "int8_rows": lambda: int8_variant(fmt_name, features, columns, tiled=False),
-                "int8_tiled": lambda: int8_variant(fmt_name, features, columns, tiled=True),
+            kernels = {
+                name: variant(name, fmt_name, features, columns)
+                for name in args.variants.split(",")
             }
-            kernels = {name: makers[name]() for name in args.variants.split(",")}
-            inputs = arguments(fmt_name, features, columns, seed=0, rows=args.rows)
-            outputs = {}
-            for name, kernel in kernels.items():
-                kernel(*inputs)
-                outputs[name] = inputs[-1].numpy().copy()
-            reference = outputs[next(iter(outputs))]
-            scale = float(np.abs(reference).max())
-            raw: dict[str, list[tuple[float, float]]] = {name: [] for name in kernels}
-            for index in range(args.rounds):
-                order = list(kernels) if index % 2 == 0 else list(reversed(kernels))
-                for name in order:
-                    raw[name].append(timed(kernels[name], inputs, args.calls))
-            macs = args.rows * features * columns
-            results[key] = {
-                name: {
-                    "cpu_ms": statistics.median(c for c, _ in raw[name]) * 1e3,
-                    "wall_ms": statistics.median(w for _, w in raw[name]) * 1e3,
-                    "gmac_per_cpu_s": macs / statistics.median(c for c, _ in raw[name]) / 1e9,
-                    "max_rel_diff_vs_first": float(np.abs(outputs[name] - reference).max()) / scale,
-                    "raw_cpu_wall_s": raw[name],
-                }
-                for name in kernels
-            }
-            line = {n: round(r["cpu_ms"], 1) for n, r in results[key].items()}
-            print(key, args.rows, "rows, cpu ms", line, "load", os.getloadavg(), flush=True)
+            results[key] = {}
+            for rows in (int(r) for r in args.rows.split(",")):
+                results[key][str(rows)] = measure(kernels, fmt_name, features, columns, rows, args)
+                line = {n: round(r["cpu_ms"], 2) for n, r in results[key][str(rows)].items()}
+                print(key, rows, "rows, cpu ms", line, "load", os.getloadavg(), flush=True)
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),

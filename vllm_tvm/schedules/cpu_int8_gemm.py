@@ -23,6 +23,8 @@ multiple of TOKEN_ROWS finish with one-row blocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tvm import tirx
 from tvm.script import tirx as T
 
@@ -40,17 +42,74 @@ from vllm_tvm.schedules.cpu_int8_dot import (
     without_params,
 )
 
-TOKEN_ROWS = 4
+TOKEN_ROWS = 8
 """Token rows of a register block."""
 
-FEATURES_PER_BLOCK = 4
-"""Output features of a register block."""
+FEATURES_PER_BLOCK = 8
+"""Output features of a register block: their block sums are folded into one register."""
 
 TILE_FEATURES = 16
 """Output features (weight rows) per parallel task."""
 
 LANES = 8
 """int32 / fp32 lanes of one block's partial sums (a 256-bit register)."""
+
+_GROUP = 4
+"""Lanes per 128-bit group, within which pairwise sums pair neighbours (as `vphaddd`)."""
+
+
+def _pair_indices(a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
+    """Indices into two concatenated vectors whose lanes `a`, `b` label by feature: added
+    lane by lane, the two shuffles give one vector of both's sums. Neighbours while they
+    share a feature, per 128-bit group as `vphaddd` does (LLVM lowers it so); then the
+    halves (a 4-feature fold of 8 lanes holds each feature twice, once per half)."""
+    lanes = len(a)
+    if a[0] == a[1]:
+        evens = []
+        for group in range(0, lanes, min(_GROUP, lanes)):
+            evens += [group, group + 2, lanes + group, lanes + group + 2][: min(_GROUP, lanes)]
+        return evens, [index + 1 for index in evens]
+    half = lanes // 2
+    low = [*range(half), *range(lanes, lanes + half)]
+    return low, [index + half for index in low]
+
+
+def _fold(values: list, labels: list[list[int]], pair: Callable) -> tuple[object, list[int]]:
+    """`values` (a register block's per-feature vectors, lanes labelled by feature) folded
+    pairwise into one vector by `pair(a, b, evens, odds)`; with its lanes' labels."""
+    while len(values) > 1:
+        folded, folded_labels = [], []
+        for index in range(0, len(values), 2):
+            la, lb = labels[index], labels[index + 1]
+            evens, odds = _pair_indices(la, lb)
+            assert [(la + lb)[i] for i in evens] == [(la + lb)[i] for i in odds]
+            folded.append(pair(values[index], values[index + 1], evens, odds))
+            folded_labels.append([(la + lb)[i] for i in evens])
+        values, labels = folded, folded_labels
+    return values[0], labels[0]
+
+
+def _starting_labels(count: int, lanes: int) -> list[list[int]]:
+    if count > lanes or count & (count - 1):
+        raise ValueError(f"{count} features do not fold into {lanes} lanes (1, 2, 4 or 8)")
+    return [[feature] * lanes for feature in range(count)]
+
+
+def fold_features(sums: list[tirx.Expr], lanes: int = LANES) -> tirx.Expr:
+    """One vector from a register block's per-feature block sums, adding lanes of the same
+    feature pairwise until the features fill one register (`lane_features` says whose
+    partial sum each lane holds)."""
+
+    def pair(a: tirx.Expr, b: tirx.Expr, evens: list[int], odds: list[int]) -> tirx.Expr:
+        return T.Shuffle([a, b], evens) + T.Shuffle([a, b], odds)
+
+    return _fold(sums, _starting_labels(len(sums), lanes), pair)[0]
+
+
+def lane_features(count: int, lanes: int = LANES) -> list[int]:
+    """The feature (0..count-1) whose partial sum each lane of `fold_features` holds."""
+    labels = _starting_labels(count, lanes)
+    return _fold(labels, labels, lambda a, b, evens, odds: None)[1]
 
 
 def int8_gemm(
@@ -63,13 +122,14 @@ def int8_gemm(
     features_per_block: int = FEATURES_PER_BLOCK,
 ) -> tirx.PrimFunc:
     """`int8_gemv`'s kernel (same parameters, same definition of each output) for many
-    token rows, register-blocked `token_rows` x `features_per_block`. `features` must be a
-    multiple of TILE_FEATURES and TILE_FEATURES of `features_per_block`."""
+    token rows, register-blocked `token_rows` x `features_per_block` (2, 4 or 8).
+    `features` must be a multiple of TILE_FEATURES and TILE_FEATURES of
+    `features_per_block`."""
     check_supported(fmt_name, isa)
-    if features % TILE_FEATURES or TILE_FEATURES % features_per_block:
+    if features % TILE_FEATURES or TILE_FEATURES % features_per_block or features_per_block < 2:
         raise ValueError(
             f"int8_gemm needs output features ({features}) in whole tiles of {TILE_FEATURES}"
-            f" and tiles in whole register blocks of {features_per_block} features"
+            f" and tiles in whole register blocks of {features_per_block} (>= 2) features"
         )
     blocks = columns // BLOCK
     offset = fmt_name in OFFSET_FORMATS
@@ -78,6 +138,8 @@ def int8_gemm(
     weight_shape, weight_dtype = weight_planes(fmt_name, features, columns)
     groups = TILE_FEATURES // features_per_block
     fpb = features_per_block
+    lane_feature = lane_features(fpb)
+    first_lanes = [lane_feature.index(f) for f in range(fpb)]
 
     def lanes(value: tirx.Expr) -> tirx.Expr:
         return T.broadcast(value, LANES)
@@ -87,51 +149,66 @@ def int8_gemm(
         flipped = T.reinterpret("uint8x32", block) ^ T.broadcast(T.uint8(128), BLOCK)
         return T.reinterpret("int8x32", flipped)
 
-    def dpbusd(start: tirx.Expr, unsigned: tirx.Expr, signed: tirx.Expr) -> tirx.Expr:
+    def dpbusd(unsigned: tirx.Expr, signed: tirx.Expr) -> tirx.Expr:
         return T.call_llvm_pure_intrin(
-            "int32x8", "llvm.x86.avx512.vpdpbusd.256", start, unsigned, signed
+            "int32x8", "llvm.x86.avx512.vpdpbusd.256", lanes(T.int32(0)), unsigned, signed
         )
 
+    def per_lane(plane: tirx.Buffer, j0: tirx.Expr, b: tirx.Expr, first_only: bool) -> tirx.Expr:
+        """fp32 lanes of `plane`'s value for each lane's feature (zero but on a feature's
+        first lane if `first_only`: terms added once per feature)."""
+        values = [
+            T.Cast("float32", plane[j0 + f, b])
+            if not first_only or lane == first_lanes[f]
+            else T.float32(0)
+            for lane, f in enumerate(lane_feature)
+        ]
+        return T.Shuffle(values, list(range(LANES)))
+
     @T.macro
-    def register_block(xq, xd, xs, qs, qh, d, m, out, i0, j0, count):  # noqa: ANN001, ANN202
-        acc = T.alloc_buffer((count, fpb, LANES), "float32")
-        mins = T.alloc_buffer((count, fpb), "float32")
+    def register_block(xq, xd, xs, qs, qh, d, m, out, i0, j0, count):
+        acc = T.alloc_buffer((count, LANES), "float32")
         w = T.alloc_buffer((fpb, BLOCK), "int8")
-        start = T.alloc_buffer((fpb, LANES), "int32")
-        x = T.alloc_buffer((count, BLOCK), "int8")
+        correction = T.alloc_buffer((LANES,), "int32")
         for r in T.unroll(count):
-            for f in T.unroll(fpb):
-                acc[r, f, T.ramp(0, 1, LANES)] = lanes(T.float32(0))
-                mins[r, f] = T.float32(0)
+            acc[r, T.ramp(0, 1, LANES)] = lanes(T.float32(0))
         for b in range(blocks):
             for f in T.unroll(fpb):
                 w[f, T.ramp(0, 1, BLOCK)] = weight_block(fmt_name, qs, qh, j0 + f, b)
+            if shifted:
+                ones = T.broadcast(T.int8(1), BLOCK)
+                totals = fold_features(
+                    [dpbusd(ones, w[f, T.ramp(0, 1, BLOCK)]) for f in range(fpb)]
+                )
+                correction[T.ramp(0, 1, LANES)] = totals * lanes(T.int32(-128))
+            weight_scales = per_lane(d, j0, b, first_only=False)
+            for r in T.unroll(count):
+                x = activation_block(fmt_name, xq, i0 + r, b)
                 if shifted:
-                    ones = T.broadcast(T.int8(1), BLOCK)
-                    total = dpbusd(lanes(T.int32(0)), ones, w[f, T.ramp(0, 1, BLOCK)])
-                    start[f, T.ramp(0, 1, LANES)] = total * lanes(T.int32(-128))
-            for r in T.unroll(count):
-                block = activation_block(fmt_name, xq, i0 + r, b)
-                x[r, T.ramp(0, 1, BLOCK)] = unsigned_bytes(block) if shifted else block
-            for r in T.unroll(count):
-                for f in T.unroll(fpb):
-                    scale = T.Cast("float32", d[j0 + f, b]) * T.Cast("float32", xd[i0 + r, b])
-                    weights = w[f, T.ramp(0, 1, BLOCK)]
-                    values = x[r, T.ramp(0, 1, BLOCK)]
-                    if shifted:
-                        sums = dpbusd(start[f, T.ramp(0, 1, LANES)], values, weights)
-                    else:
-                        sums = block_sum(weights, values, isa, not offset)
-                    acc[r, f, T.ramp(0, 1, LANES)] = acc[r, f, T.ramp(0, 1, LANES)] + lanes(
-                        scale
-                    ) * T.Cast("float32x8", sums)
-                    if offset:
-                        mins[r, f] = mins[r, f] + T.Cast("float32", m[j0 + f, b]) * T.Cast(
-                            "float32", xs[i0 + r, b]
-                        )
+                    x_unsigned = unsigned_bytes(x)
+                    sums = fold_features(
+                        [dpbusd(x_unsigned, w[f, T.ramp(0, 1, BLOCK)]) for f in range(fpb)]
+                    )
+                    sums = sums + correction[T.ramp(0, 1, LANES)]
+                else:
+                    sums = fold_features(
+                        [
+                            block_sum(w[f, T.ramp(0, 1, BLOCK)], x, isa, not offset)
+                            for f in range(fpb)
+                        ]
+                    )
+                row_scale = lanes(T.Cast("float32", xd[i0 + r, b]))
+                total = acc[r, T.ramp(0, 1, LANES)] + weight_scales * row_scale * T.Cast(
+                    "float32x8", sums
+                )
+                if offset:
+                    total = total + per_lane(m, j0, b, first_only=True) * lanes(
+                        T.Cast("float32", xs[i0 + r, b])
+                    )
+                acc[r, T.ramp(0, 1, LANES)] = total
         for r in T.unroll(count):
             for f in T.unroll(fpb):
-                out[i0 + r, j0 + f] = _lane_sum(acc, r, f) + mins[r, f]
+                out[i0 + r, j0 + f] = _feature_sum(acc, r, f, lane_feature)
 
     @T.prim_func(s_tir=True)
     def main(
@@ -165,9 +242,12 @@ def int8_gemm(
     return without_params(main, *unused_params(fmt_name))
 
 
-def _lane_sum(acc: tirx.Buffer, r: tirx.Expr, f: tirx.Expr) -> tirx.Expr:
-    """The horizontal sum of an accumulator's LANES lanes, in lane order."""
-    total = acc[r, f, 0]
-    for lane in range(1, LANES):
-        total = total + acc[r, f, lane]
+def _feature_sum(
+    acc: tirx.Buffer, r: tirx.Expr, f: tirx.Expr, lane_feature: list[int]
+) -> tirx.Expr:
+    """The sum, in lane order, of the accumulator lanes that hold feature `f`'s partial
+    sums (`f` an unrolled loop's variable: the selections fold away)."""
+    total = T.float32(0)
+    for lane, owner in enumerate(lane_feature):
+        total = total + T.Select(f == owner, acc[r, lane], T.float32(0))
     return total
