@@ -44,7 +44,7 @@ from vllm_tvm.schedules.cpu_int8_dot import VNNI, int8_dot_isa
 
 NATIVE_ISA = int8_dot_isa(resolve_target("llvm").make_target())
 needs_int8_dot = pytest.mark.skipif(NATIVE_ISA is None, reason="no AVX2 / VNNI on this CPU")
-FEATURES, COLUMNS = 40, 160
+FEATURES, COLUMNS = 48, 160
 STEPS = 8
 INT8_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 WITH_MINS = (Q.Q4_1, Q.Q5_1)
@@ -71,7 +71,7 @@ class _OneProduct(nn.Module):
 
 
 @needs_int8_dot
-@pytest.mark.parametrize("rows", [1, 5], ids=["static_one_row", "run_time_rows"])
+@pytest.mark.parametrize("rows", [1, 11], ids=["static_one_row", "run_time_rows"])
 @pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
 def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) -> None:
     fmt = FORMATS[qtype.name.lower()]
@@ -82,7 +82,9 @@ def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) 
     mod = int8_activations_pass(NATIVE_ISA)(mod)
     names = {gv.name_hint for gv in mod.get_global_vars()}
     activations = "q8_1" if qtype in WITH_MINS else "q8_0"
-    assert names == {"forward", f"quantize_activations_{activations}", f"int8_dot_{fmt.name}"}
+    # One run-time row count takes the register-blocked GEMM, a static single row the GEMV.
+    product = f"int8_{'dot' if rows == 1 else 'gemm'}_{fmt.name}"
+    assert names == {"forward", f"quantize_activations_{activations}", product}
     target = resolve_target("llvm").make_target()
     library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
     assembly = library.mod.imports[0].inspect_source("asm") if library.mod.imports else ""

@@ -7,8 +7,8 @@ and multiply fp32 activations, one float FMA per weight. With `--cpu-int8-activa
 (Q8_0: fp16 scale, int8 values; for Q4_1 / Q5_1, whose blocks have a min, Q8_1: also
 s = d * sum(q)) and the integer dot product of those with the weight's blocks, one
 instruction for 32 byte products (schedules/cpu_int8_dot.py; VNNI or AVX2, from the
-target's features). The
-numerics change as llama.cpp's do: each activation is rounded to its block's int8 step, so
+target's features; over several token rows the register-blocked schedules/cpu_int8_gemm.py).
+The numerics change as llama.cpp's do: each activation is rounded to its block's int8 step, so
 logits differ from the float path's (tests/test_cpu_int8_activations.py states the bound);
 products over other weight formats, and every float matmul, stay on the float path.
 
@@ -35,9 +35,9 @@ from vllm_tvm.schedules.cpu_int8_dot import (
     INT8_DOT_FORMATS,
     OFFSET_FORMATS,
     int8_dot_isa,
-    int8_gemv,
     quantize_activations,
 )
+from vllm_tvm.schedules.cpu_int8_gemm import int8_product, uses_gemm
 
 ACTIVATION_DTYPE = "float32"
 """The activations (and outputs) the integer path takes: a CPU build's GGUF dtype."""
@@ -136,8 +136,8 @@ class _Int8Rewriter(PyExprMutator):
         )
         product = self._kernel(
             (fmt, static, features, columns),
-            f"int8_dot_{fmt}",
-            lambda: int8_gemv(fmt, kernel_rows, features, columns, self.isa),
+            f"int8_{'gemm' if uses_gemm(kernel_rows, features) else 'dot'}_{fmt}",
+            lambda: int8_product(fmt, kernel_rows, features, columns, self.isa),
         )
         flat = self.builder_.emit(relax.op.reshape(x, relax.ShapeExpr([rows, columns])))
         per_block = relax.TensorType([rows, columns // BLOCK], "float16")

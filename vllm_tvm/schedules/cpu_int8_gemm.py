@@ -36,6 +36,7 @@ from vllm_tvm.schedules.cpu_int8_dot import (
     activation_block,
     block_sum,
     check_supported,
+    int8_gemv,
     unused_params,
     weight_block,
     weight_planes,
@@ -251,3 +252,18 @@ def _feature_sum(
     for lane, owner in enumerate(lane_feature):
         total = total + T.Select(f == owner, acc[r, lane], T.float32(0))
     return total
+
+
+def uses_gemm(rows: Rows, features: int) -> bool:
+    """Whether a product of `rows` token rows takes `int8_gemm` rather than `int8_gemv`:
+    any row count not known to be one (prefill, verify, batched decode) where the output
+    features fill whole tiles. benchmarks/cpu_int8_prefill.py measured the register blocks
+    ahead of `int8_gemv` from one run-time row up, and `int8_gemv` ahead of the float path
+    only for a few rows."""
+    return not (isinstance(rows, int) and rows == 1) and features % TILE_FEATURES == 0
+
+
+def int8_product(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) -> tirx.PrimFunc:
+    """The integer product kernel `uses_gemm` chooses (same parameters either way)."""
+    make = int8_gemm if uses_gemm(rows, features) else int8_gemv
+    return make(fmt_name, rows, features, columns, isa)
