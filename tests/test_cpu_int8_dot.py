@@ -15,6 +15,8 @@ the activations' quantization error, bounded below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gguf
 import numpy as np
 import pytest
@@ -28,6 +30,7 @@ from vllm_tvm.checkpoints.weight_formats import FORMATS
 from vllm_tvm.compiler.targets import resolve_target
 from vllm_tvm.schedules.cpu_int8_dot import (
     AVX2,
+    SDOT,
     VNNI,
     int8_dot_isa,
     int8_gemv,
@@ -57,7 +60,8 @@ through neighbours then halves, and a smaller one that folds two features once).
         ({"kind": "llvm", "mcpu": "skylake-avx512"}, AVX2),
         ({"kind": "llvm", "mcpu": "znver3"}, AVX2),
         ({"kind": "llvm", "mcpu": "sandybridge"}, None),
-        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon", "+dotprod"]}, None),
+        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon", "+dotprod"]}, SDOT),
+        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, None),
     ],
 )
 def test_isa_follows_the_target_features(target: dict, isa: str | None) -> None:
@@ -168,6 +172,22 @@ def _target_for(isa: str) -> Target:
 @pytest.mark.parametrize("isa", _isas_here())
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda t: t.name)
 def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str, kernel: str) -> None:
+    func = KERNELS[kernel](qtype.name.lower(), ROWS, FEATURES, COLUMNS, isa)
+
+    def run(arrays: list[np.ndarray]) -> np.ndarray:
+        (*_, got), assembly = _run(func, _target_for(isa), arrays)
+        assert ("vpdpbusd" if isa == VNNI else "vpmaddubsw") in assembly
+        return got
+
+    check_product_against_llama_cpp(qtype, run)
+
+
+def check_product_against_llama_cpp(
+    qtype: Q, run: Callable[[list[np.ndarray]], np.ndarray]
+) -> None:
+    """`run` (a product kernel of `qtype` called on its arguments: the reference's quantized
+    activations, the weight planes, a zero output; returning the output) against llama.cpp's
+    quantize-then-dot, and against the float path within the activations' rounding."""
     x = _activations()
     xq, xd = _quantize_reference(x)
     xs = _block_sums_reference(x)
@@ -188,11 +208,9 @@ def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str, kernel: 
     fmt = FORMATS[qtype.name.lower()]
     planes = repack(RawTensor(data.reshape(FEATURES, -1), qtype, (FEATURES, COLUMNS)), fmt)
     out = np.zeros((ROWS, FEATURES), np.float32)
-    func = KERNELS[kernel](fmt.name, ROWS, FEATURES, COLUMNS, isa)
     weights = [planes[plane.name] for plane in fmt.planes]
     sums_if_needed = [xs] if "m" in planes else []
-    (*_, got), assembly = _run(func, _target_for(isa), [xq, xd, *sums_if_needed, *weights, out])
-    assert ("vpdpbusd" if isa == VNNI else "vpmaddubsw") in assembly
+    got = run([xq, xd, *sums_if_needed, *weights, out])
     # fp32 products and sums of exact partial sums (a block's lanes, in an order each
     # kernel picks): within a few ulps of the sum of the products' magnitudes.
     magnitudes = np.abs(wq).reshape(FEATURES, 1, -1, 32) * np.abs(xq).reshape(1, ROWS, -1, 32)

@@ -66,7 +66,10 @@ def resolve_int8_activations(
 
 def _why_not(spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]) -> str | None:
     if spec.kind != "llvm" or int8_dot_isa(spec.make_target()) is None:
-        return f"target '{spec.name}' has no integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2)"
+        return (
+            f"target '{spec.name}' has no integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2,"
+            " aarch64 dotprod)"
+        )
     if dtype != ACTIVATION_DTYPE:
         return f"dtype '{dtype}': the integer path takes {ACTIVATION_DTYPE} activations"
     if not set(weight_formats.values()) & set(INT8_DOT_FORMATS):

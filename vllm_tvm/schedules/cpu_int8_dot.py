@@ -41,6 +41,10 @@ BLOCK = 32
 
 VNNI = "vnni"
 AVX2 = "avx2"
+SDOT = "sdot"
+"""aarch64's signed dot product (`sdot`, the dotprod extension): four s8 x s8 products
+summed into each int32 lane of a 128-bit register, so no sign move."""
+ISAS = (VNNI, AVX2, SDOT)
 INT8_DOT_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 """Weight formats `int8_gemv` multiplies."""
 _SIGNED_OFFSET = {"q4_0": 8, "q5_0": 16}
@@ -58,12 +62,18 @@ two 4-bit values to a byte in value order) first, then the high nibbles (odd val
 
 
 def int8_dot_isa(target: Target) -> str | None:
-    """VNNI or AVX2 where `target` (an x86 CPU) has them; None: the float path."""
-    if target.kind.name != "llvm" or not codegen.target_has_features("avx2", target):
+    """VNNI or AVX2 where `target` (an x86 CPU) has them, SDOT where it is an aarch64 CPU
+    with dotprod; None: the float path (aarch64 without dotprod among them)."""
+    if target.kind.name != "llvm":
         return None
 
     def has(feature: str) -> bool:
         return bool(codegen.target_has_features(feature, target))
+
+    if "aarch64" in str(target.attrs.get("mtriple", "")):
+        return SDOT if has("dotprod") else None
+    if not has("avx2"):
+        return None
 
     if has("avxvnni") or (has("avx512vnni") and has("avx512vl")):
         return VNNI
@@ -139,6 +149,8 @@ def _round_half_away(value: tirx.Expr) -> tirx.Expr:
 def block_sum(w: tirx.Expr, x: tirx.Expr, isa: str, signed_weights: bool) -> tirx.Expr:
     """Sum of w * x over 32 int8 pairs, as eight int32 partial sums. Weights not
     `signed_weights` (0..15) are multiplied as the unsigned bytes they are, as they stand."""
+    if isa == SDOT:
+        return _sdot_block(w, x)
     magnitude, signed = w, x
     if signed_weights:
         magnitude = T.call_llvm_pure_intrin("int8x32", "llvm.x86.avx2.psign.b", w, w)
@@ -151,6 +163,23 @@ def block_sum(w: tirx.Expr, x: tirx.Expr, isa: str, signed_weights: bool) -> tir
     pairs = T.call_llvm_pure_intrin("int16x16", "llvm.x86.avx2.pmadd.ub.sw", magnitude, signed)
     ones = T.broadcast(T.int16(1), 16)
     return T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", pairs, ones)
+
+
+def _sdot_block(w: tirx.Expr, x: tirx.Expr) -> tirx.Expr:
+    """`block_sum` on aarch64: each 16-byte half through `sdot` (signed by signed, so the
+    weights need no sign move), the two int32x4 results side by side as eight lanes."""
+
+    def half(vector: tirx.Expr, start: int) -> tirx.Expr:
+        return T.Shuffle([vector], [*range(start, start + 16)])
+
+    zeros = T.broadcast(T.int32(0), 4)
+    sums = [
+        T.call_llvm_pure_intrin(
+            "int32x4", "llvm.aarch64.neon.sdot.v4i32.v16i8", zeros, half(w, s), half(x, s)
+        )
+        for s in (0, 16)
+    ]
+    return T.Shuffle(sums, [*range(8)])
 
 
 def _nibble_block(words: tirx.Expr, fifth_bits: tirx.Expr | None, offset: int) -> tirx.Expr:
@@ -200,8 +229,8 @@ def check_supported(fmt_name: str, isa: str) -> None:
         raise ValueError(
             f"no int8 dot product for {fmt_name!r}; supported: {', '.join(INT8_DOT_FORMATS)}"
         )
-    if isa not in (VNNI, AVX2):
-        raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {VNNI}, {AVX2}")
+    if isa not in ISAS:
+        raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {', '.join(ISAS)}")
 
 
 def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) -> tirx.PrimFunc:
