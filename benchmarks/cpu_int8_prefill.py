@@ -24,17 +24,14 @@ usage: python3 benchmarks/cpu_int8_prefill.py [--rows 512] [--rounds 3] [--calls
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpu_peers import machine, versions
-from cpu_quant_gemv import arguments, build, timed
+from cpu_quant_gemv import arguments, build, interleaved_rounds, write_report
 
 SHAPES = ((4864, 896), (896, 4864), (2048, 2048), (8192, 2048))
 """(out features, in features): Qwen2.5-0.5B's gate/up and down, Llama-3.2-1B's square
@@ -112,11 +109,7 @@ def measure(
     reference = outputs[next(iter(outputs))]
     scale = float(np.abs(reference).max())
     calls = max(args.calls, args.calls * 512 // rows)
-    raw: dict[str, list[tuple[float, float]]] = {name: [] for name in kernels}
-    for index in range(args.rounds):
-        order = list(kernels) if index % 2 == 0 else list(reversed(kernels))
-        for name in order:
-            raw[name].append(timed(kernels[name], inputs, calls))
+    raw = interleaved_rounds(kernels, inputs, calls, args.rounds)
     macs = rows * features * columns
     return {
         name: {
@@ -161,18 +154,7 @@ def main() -> None:
                 results[key][str(rows)] = measure(kernels, fmt_name, features, columns, rows, args)
                 line = {n: round(r["cpu_ms"], 2) for n, r in results[key][str(rows)].items()}
                 print(key, rows, "rows, cpu ms", line, "load", os.getloadavg(), flush=True)
-    report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "versions": versions(),
-        "settings": vars(args) | {"out": str(args.out)},
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "results": results,
-    }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(args, load_before, results=results)
 
 
 if __name__ == "__main__":

@@ -243,6 +243,38 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
     check_supported(fmt_name, isa)
     blocks = columns // BLOCK
     offset = fmt_name in OFFSET_FORMATS
+
+    @T.macro
+    def one_output_at_a_time(xq, xd, xs, qs, qh, d, m, out):
+        for j in T.parallel(features):
+            for i in range(rows):
+                acc = T.alloc_buffer((8,), "float32")
+                acc[T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                mins = T.alloc_buffer((1,), "float32")
+                mins[0] = T.float32(0)
+                for b in range(blocks):
+                    scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
+                    w = weight_block(fmt_name, qs, qh, j, b)
+                    sums = block_sum(w, activation_block(fmt_name, xq, i, b), isa, not offset)
+                    acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(scale, 8) * T.Cast(
+                        "float32x8", sums
+                    )
+                    if offset:
+                        mins[0] = mins[0] + T.Cast("float32", m[j, b]) * T.Cast("float32", xs[i, b])
+                out[i, j] = (
+                    acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
+                ) + mins[0]
+
+    return product_kernel(fmt_name, rows, features, columns, one_output_at_a_time)
+
+
+def product_kernel(
+    fmt_name: str, rows: Rows, features: int, columns: int, body: object
+) -> tirx.PrimFunc:
+    """The product kernels' signature (`int8_gemv`'s) around `body`, a `T.macro` of the
+    buffers (xq, xd, xs, qs, qh, d, m, out) that writes `out`; without the parameters
+    `fmt_name`'s planes leave out."""
+    blocks = columns // BLOCK
     weight_shape, weight_dtype = weight_planes(fmt_name, features, columns)
 
     @T.prim_func(s_tir=True)
@@ -258,26 +290,7 @@ def int8_gemv(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) 
     ) -> None:
         T.func_attr({"global_symbol": "main", "tirx.noalias": True, "tirx.is_scheduled": True})
         with T.sblock("root"):  # block-rooted, as Relax's analyses of call_tir kernels expect
-            for j in T.parallel(features):
-                for i in range(rows):
-                    acc = T.alloc_buffer((8,), "float32")
-                    acc[T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
-                    mins = T.alloc_buffer((1,), "float32")
-                    mins[0] = T.float32(0)
-                    for b in range(blocks):
-                        scale = T.Cast("float32", d[j, b]) * T.Cast("float32", xd[i, b])
-                        w = weight_block(fmt_name, qs, qh, j, b)
-                        sums = block_sum(w, activation_block(fmt_name, xq, i, b), isa, not offset)
-                        acc[T.ramp(0, 1, 8)] = acc[T.ramp(0, 1, 8)] + T.broadcast(
-                            scale, 8
-                        ) * T.Cast("float32x8", sums)
-                        if offset:
-                            mins[0] = mins[0] + T.Cast("float32", m[j, b]) * T.Cast(
-                                "float32", xs[i, b]
-                            )
-                    out[i, j] = (
-                        acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7]
-                    ) + mins[0]
+            body(xq, xd, xs, qs, qh, d, m, out)
 
     return without_params(main, *unused_params(fmt_name))
 

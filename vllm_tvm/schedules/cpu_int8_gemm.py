@@ -37,10 +37,8 @@ from vllm_tvm.schedules.cpu_int8_dot import (
     block_sum,
     check_supported,
     int8_gemv,
-    unused_params,
+    product_kernel,
     weight_block,
-    weight_planes,
-    without_params,
 )
 
 TOKEN_ROWS = 8
@@ -136,7 +134,6 @@ def int8_gemm(
     offset = fmt_name in OFFSET_FORMATS
     # VNNI with signed weights: activations offset to unsigned (see the module docstring).
     shifted = isa == VNNI and not offset
-    weight_shape, weight_dtype = weight_planes(fmt_name, features, columns)
     groups = TILE_FEATURES // features_per_block
     fpb = features_per_block
     lane_feature = lane_features(fpb)
@@ -211,36 +208,25 @@ def int8_gemm(
             for f in T.unroll(fpb):
                 out[i0 + r, j0 + f] = _feature_sum(acc, r, f, lane_feature)
 
-    @T.prim_func(s_tir=True)
-    def main(
-        xq: T.Buffer((rows, columns), "int8"),
-        xd: T.Buffer((rows, blocks), "float16"),
-        xs: T.Buffer((rows, blocks), "float16"),
-        qs: T.Buffer(weight_shape, weight_dtype),
-        qh: T.Buffer((features, blocks), "uint32"),
-        d: T.Buffer((features, blocks), "float16"),
-        m: T.Buffer((features, blocks), "float16"),
-        out: T.Buffer((rows, features), "float32"),
-    ) -> None:
-        T.func_attr({"global_symbol": "main", "tirx.noalias": True, "tirx.is_scheduled": True})
-        with T.sblock("root"):  # block-rooted, as Relax's analyses of call_tir kernels expect
-            for tile in T.parallel(features // TILE_FEATURES):
-                for row_block in range(rows // token_rows):
-                    for group in range(groups):
-                        register_block(
-                            xq, xd, xs, qs, qh, d, m, out,
-                            row_block * token_rows, tile * TILE_FEATURES + group * fpb,
-                            token_rows,
-                        )  # fmt: skip
-                for row in range(rows % token_rows):
-                    for group in range(groups):
-                        register_block(
-                            xq, xd, xs, qs, qh, d, m, out,
-                            rows - rows % token_rows + row, tile * TILE_FEATURES + group * fpb,
-                            1,
-                        )  # fmt: skip
+    @T.macro
+    def row_blocks_per_tile(xq, xd, xs, qs, qh, d, m, out):
+        for tile in T.parallel(features // TILE_FEATURES):
+            for row_block in range(rows // token_rows):
+                for group in range(groups):
+                    register_block(
+                        xq, xd, xs, qs, qh, d, m, out,
+                        row_block * token_rows, tile * TILE_FEATURES + group * fpb,
+                        token_rows,
+                    )  # fmt: skip
+            for row in range(rows % token_rows):
+                for group in range(groups):
+                    register_block(
+                        xq, xd, xs, qs, qh, d, m, out,
+                        rows - rows % token_rows + row, tile * TILE_FEATURES + group * fpb,
+                        1,
+                    )  # fmt: skip
 
-    return without_params(main, *unused_params(fmt_name))
+    return product_kernel(fmt_name, rows, features, columns, row_blocks_per_tile)
 
 
 def _feature_sum(
