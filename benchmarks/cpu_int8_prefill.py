@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpu_quant_gemv import arguments, build, interleaved_rounds, write_report
+from cpu_quant_gemv import arguments, build, interleaved_rounds, outputs_of, write_report
 
 SHAPES = ((4864, 896), (896, 4864), (2048, 2048), (8192, 2048))
 """(out features, in features): Qwen2.5-0.5B's gate/up and down, Llama-3.2-1B's square
@@ -102,10 +102,7 @@ def measure(
     """The variants at `rows` token rows, timed in alternating rounds; calls per timing
     scaled so that each timing covers about `args.calls` 512-row products' work."""
     inputs = arguments(fmt_name, features, columns, seed=0, rows=rows)
-    outputs = {}
-    for name, kernel in kernels.items():
-        kernel(*inputs)
-        outputs[name] = inputs[-1].numpy().copy()
+    outputs = outputs_of(kernels, inputs)
     reference = outputs[next(iter(outputs))]
     scale = float(np.abs(reference).max())
     calls = max(args.calls, args.calls * 512 // rows)

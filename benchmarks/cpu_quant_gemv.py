@@ -111,6 +111,15 @@ def timed(kernel: Any, args: list[Any], calls: int) -> tuple[float, float]:
     return (time.process_time() - cpu) / calls, (time.perf_counter() - wall) / calls
 
 
+def outputs_of(kernels: dict[str, Any], inputs: list[Any]) -> dict[str, np.ndarray]:
+    """Each kernel's output (the last of `inputs`) after one call on `inputs`."""
+    outputs = {}
+    for name, kernel in kernels.items():
+        kernel(*inputs)
+        outputs[name] = inputs[-1].numpy().copy()
+    return outputs
+
+
 def interleaved_rounds(
     kernels: dict[str, Any], inputs: list[Any], calls: int, rounds: int
 ) -> dict[str, list[tuple[float, float]]]:
@@ -163,10 +172,7 @@ def main() -> None:
         key = f"{fmt_name}_{out_features}x{in_features}"
         inputs = arguments(fmt_name, out_features, in_features, seed=0)
         kernels = {n: build(fmt_name, out_features, in_features, s) for n, s in chosen.items()}
-        outputs = {}
-        for name, kernel in kernels.items():
-            kernel(*inputs)
-            outputs[name] = inputs[-1].numpy().copy()
+        outputs = outputs_of(kernels, inputs)
         reference = outputs[next(iter(outputs))]
         scale = float(np.abs(reference).max())
         raw = interleaved_rounds(kernels, inputs, args.calls, args.rounds)
