@@ -1,4 +1,4 @@
-"""Integer dot products on x86 CPUs: activations quantized to int8 per block, as llama.cpp does.
+"""Integer dot products on CPUs: activations quantized to int8 per block, as llama.cpp does.
 
 Why this exists: the fused matmuls of model_defs/quant_linear.py widen every weight to fp32
 in registers and multiply fp32 activations, so a Q8_0 or Q4_0 product costs a float FMA per
@@ -11,7 +11,8 @@ sum once. This module holds the pieces of that path:
   AVX-512 VL, or AVX-VNNI) sums four u8 x s8 products into each int32 lane; AVX2 takes two
   steps (`vpmaddubsw` to int16 pairs, `vpmaddwd` by ones to int32). Both multiply unsigned by
   signed bytes, so a block is multiplied as |w| times x with w's sign moved onto x
-  (`vpsignb`), llama.cpp's `mul_sum_i8_pairs`. None: the target keeps the float path.
+  (`vpsignb`), llama.cpp's `mul_sum_i8_pairs`. On aarch64 with dotprod, `sdot` multiplies
+  signed by signed bytes, four products to each int32 lane. None: the float path.
 - `quantize_activations`: llama.cpp's reference `quantize_row_q8_0` (scale 1 / d, rounding
   half away from zero, d stored as fp16), vectorised over a block; or its `quantize_row_q8_1`,
   which adds s = d * sum(q) per block (fp16) for the weight formats with a min.

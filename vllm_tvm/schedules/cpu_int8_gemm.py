@@ -6,7 +6,8 @@ reloads and unpacks each weight block once per row and each activation block onc
 feature. Here TOKEN_ROWS rows x FEATURES_PER_BLOCK features advance together over the
 blocks of 32: each weight block is unpacked once per register block and serves
 TOKEN_ROWS rows, each activation block FEATURES_PER_BLOCK features, and the block's
-TOKEN_ROWS * FEATURES_PER_BLOCK accumulators (eight fp32 lanes each) stay in registers. A
+TOKEN_ROWS accumulators (eight fp32 lanes each, the features' partial sums side by side)
+stay in registers. A
 parallel task owns TILE_FEATURES weight rows and walks every row block over them, so its
 weight tile stays in L2 across row blocks while one row block's activations stay in L1
 across the tile's feature groups. Activations are quantized once per row beforehand
@@ -14,10 +15,14 @@ across the tile's feature groups. Activations are quantized once per row beforeh
 
 Per block the integer sum is the one llama.cpp's quantize-then-dot defines; it is taken
 with VNNI's `vpdpbusd` (unsigned x signed bytes) without `int8_gemv`'s sign move where the
-weights are signed: the activations are offset to unsigned, x + 128, once per row block,
-and the sum starts from -128 * sum(w) (one `vpdpbusd` per weight block, shared by the
-rows), so sum((x + 128) w) - 128 sum(w) = sum(x w) exactly in int32. AVX2 keeps the sign
-move (`vpmaddubsw`'s int16 pairs would saturate on (x + 128) w). Row counts that are not a
+weights are signed: the activations are offset to unsigned, x + 128, and the folded sums
+get -128 * sum(w) added (`vpdpbusd` by ones per weight block, folded the same way once
+and shared by the rows), so sum((x + 128) w) - 128 sum(w) = sum(x w) exactly in int32.
+AVX2 keeps the sign
+move (`vpmaddubsw`'s int16 pairs would saturate on (x + 128) w), and aarch64's `sdot` takes
+signed bytes as they are. The features' eight-lane block sums are folded into one register
+(`fold_features`: pairwise sums of lanes, `vphaddd` / `addp`) before the fp32 scaling, so that
+one conversion and one multiply-add serve the block's features. Row counts that are not a
 multiple of TOKEN_ROWS finish with one-row blocks.
 """
 
