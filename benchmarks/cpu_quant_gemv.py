@@ -113,6 +113,45 @@ def timed(kernel: Any, args: list[Any], calls: int) -> tuple[float, float]:
     return (time.process_time() - cpu) / calls, (time.perf_counter() - wall) / calls
 
 
+def outputs_of(kernels: dict[str, Any], inputs: list[Any]) -> dict[str, np.ndarray]:
+    """Each kernel's output (the last of `inputs`) after one call on `inputs`."""
+    outputs = {}
+    for name, kernel in kernels.items():
+        kernel(*inputs)
+        outputs[name] = inputs[-1].numpy().copy()
+    return outputs
+
+
+def interleaved_rounds(
+    kernels: dict[str, Any], inputs: list[Any], calls: int, rounds: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Each kernel's (CPU, wall) seconds per call in `rounds` rounds that alternate the
+    kernels' order (A B, B A, ...), so that a drift in the machine's load hits each alike."""
+    raw: dict[str, list[tuple[float, float]]] = {name: [] for name in kernels}
+    for index in range(rounds):
+        order = list(kernels) if index % 2 == 0 else list(reversed(kernels))
+        for name in order:
+            raw[name].append(timed(kernels[name], inputs, calls))
+    return raw
+
+
+def write_report(args: argparse.Namespace, load_before: tuple[float, ...], **fields: Any) -> None:
+    """The run's JSON (date, machine, versions, settings, load averages, `fields`) to
+    `args.out`, where given."""
+    report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "versions": versions(),
+        "settings": vars(args) | {"out": str(args.out)},
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        **fields,
+    }
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -135,17 +174,10 @@ def main() -> None:
         key = f"{fmt_name}_{out_features}x{in_features}"
         inputs = arguments(fmt_name, out_features, in_features, seed=0)
         kernels = {n: build(fmt_name, out_features, in_features, s) for n, s in chosen.items()}
-        outputs = {}
-        for name, kernel in kernels.items():
-            kernel(*inputs)
-            outputs[name] = inputs[-1].numpy().copy()
+        outputs = outputs_of(kernels, inputs)
         reference = outputs[next(iter(outputs))]
         scale = float(np.abs(reference).max())
-        raw: dict[str, list[tuple[float, float]]] = {name: [] for name in kernels}
-        for index in range(args.rounds):
-            order = list(kernels) if index % 2 == 0 else list(reversed(kernels))
-            for name in order:
-                raw[name].append(timed(kernels[name], inputs, args.calls))
+        raw = interleaved_rounds(kernels, inputs, args.calls, args.rounds)
         results[key] = {
             name: {
                 "cpu_us": statistics.median(c for c, _ in raw[name]) * 1e6,
@@ -163,23 +195,6 @@ def main() -> None:
         print(key, {n: round(r["cpu_us"], 1) for n, r in results[key].items()}, "speedup", line)
     variants_used = {name: vars(shape) for name, shape in chosen.items()}
     write_report(args, load_before, variants=variants_used, results=results)
-
-
-def write_report(args: argparse.Namespace, load_before: tuple[float, ...], **fields: Any) -> None:
-    """The run's JSON (date, machine, versions, settings, load averages, `fields`) to
-    `args.out`, when given."""
-    report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "versions": versions(),
-        "settings": vars(args) | {"out": str(args.out)},
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        **fields,
-    }
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

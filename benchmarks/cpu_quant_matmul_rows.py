@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from cpu_peers import machine, versions
-from cpu_quant_gemv import arguments, build, timed
+from cpu_quant_gemv import arguments, build, outputs_of, timed
 
 # (format, out features, in features): SmolLM2-135M's quantized projections.
 SHAPES = (
@@ -77,10 +77,7 @@ def main() -> None:
         results[key] = {}
         for rows in (int(r) for r in args.rows.split(",")):
             inputs = arguments(fmt_name, out_features, in_features, seed=0, rows=rows)
-            outputs = {}
-            for name, kernel in kernels.items():
-                kernel(*inputs)
-                outputs[name] = inputs[-1].numpy().copy()
+            outputs = outputs_of(kernels, inputs)
             reference = outputs[next(iter(outputs))]
             scale = float(np.abs(reference).max())
             calls = max(2, args.work // rows)

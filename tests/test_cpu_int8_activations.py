@@ -44,7 +44,7 @@ from vllm_tvm.schedules.cpu_int8_dot import VNNI, int8_dot_isa
 
 NATIVE_ISA = int8_dot_isa(resolve_target("llvm").make_target())
 needs_int8_dot = pytest.mark.skipif(NATIVE_ISA is None, reason="no AVX2 / VNNI on this CPU")
-FEATURES, COLUMNS = 40, 160
+FEATURES, COLUMNS = 48, 160
 STEPS = 8
 INT8_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 WITH_MINS = (Q.Q4_1, Q.Q5_1)
@@ -73,7 +73,7 @@ class _OneProduct(nn.Module):
 def routed_library(
     fmt_name: str, rows: int, features: int, columns: int, quantization: str
 ) -> relax.VMExecutable:
-    """One `fmt_name` product of `rows` token rows (5: a run-time count), routed by the
+    """One `fmt_name` product of `rows` token rows (other than 1: a run-time count), routed by the
     rewrite to the `quantize_activations_<quantization>` kernel and the integer product,
     compiled for this machine (its assembly checked for the ISA's dot instruction)."""
     shape = (1, 1, columns) if rows == 1 else (1, "n", columns)
@@ -82,7 +82,10 @@ def routed_library(
     )
     mod = int8_activations_pass(NATIVE_ISA)(mod)
     names = {gv.name_hint for gv in mod.get_global_vars()}
-    assert names == {"forward", f"quantize_activations_{quantization}", f"int8_dot_{fmt_name}"}
+    # A run-time row count of a block format takes the register-blocked GEMM; a static single
+    # row, and every K-quant product, the GEMV.
+    kernel = "dot" if rows == 1 or quantization == "q8_k" else "gemm"
+    assert names == {"forward", f"quantize_activations_{quantization}", f"int8_{kernel}_{fmt_name}"}
     target = resolve_target("llvm").make_target()
     library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
     assembly = library.mod.imports[0].inspect_source("asm") if library.mod.imports else ""
@@ -92,7 +95,7 @@ def routed_library(
 
 
 @needs_int8_dot
-@pytest.mark.parametrize("rows", [1, 5], ids=["static_one_row", "run_time_rows"])
+@pytest.mark.parametrize("rows", [1, 11], ids=["static_one_row", "run_time_rows"])
 @pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
 def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) -> None:
     fmt = FORMATS[qtype.name.lower()]

@@ -15,6 +15,8 @@ the activations' quantization error, bounded below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gguf
 import numpy as np
 import pytest
@@ -28,14 +30,26 @@ from vllm_tvm.checkpoints.weight_formats import FORMATS
 from vllm_tvm.compiler.targets import resolve_target
 from vllm_tvm.schedules.cpu_int8_dot import (
     AVX2,
+    SDOT,
     VNNI,
     int8_dot_isa,
     int8_gemv,
     quantize_activations,
 )
+from vllm_tvm.schedules.cpu_int8_gemm import int8_gemm, lane_features
 
-ROWS, FEATURES, COLUMNS = 3, 40, 160
-"""Not multiples of a vector of outputs; five 32-value blocks per row."""
+ROWS, FEATURES, COLUMNS = 11, 48, 160
+"""Rows: one register block of `int8_gemm`'s eight and three rows more (not a multiple of
+2 or 4 either); features: three of its tiles; five 32-value blocks per row."""
+
+KERNELS = {
+    "gemv": int8_gemv,
+    "gemm": int8_gemm,
+    "gemm_3x2": lambda *args: int8_gemm(*args, token_rows=3, features_per_block=2),
+}
+"""The product kernels, each with the same definition: one output at a time, and register
+blocks of rows x features (the default, whose eight features' sums fold into a register
+through neighbours then halves, and a smaller one that folds two features once)."""
 
 
 @pytest.mark.parametrize(
@@ -46,7 +60,8 @@ ROWS, FEATURES, COLUMNS = 3, 40, 160
         ({"kind": "llvm", "mcpu": "skylake-avx512"}, AVX2),
         ({"kind": "llvm", "mcpu": "znver3"}, AVX2),
         ({"kind": "llvm", "mcpu": "sandybridge"}, None),
-        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon", "+dotprod"]}, None),
+        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon", "+dotprod"]}, SDOT),
+        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}, None),
     ],
 )
 def test_isa_follows_the_target_features(target: dict, isa: str | None) -> None:
@@ -153,9 +168,26 @@ def _target_for(isa: str) -> Target:
     return native if isa == VNNI else Target({"kind": "llvm", "mcpu": "haswell"})
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("isa", _isas_here())
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda t: t.name)
-def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str) -> None:
+def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str, kernel: str) -> None:
+    func = KERNELS[kernel](qtype.name.lower(), ROWS, FEATURES, COLUMNS, isa)
+
+    def run(arrays: list[np.ndarray]) -> np.ndarray:
+        (*_, got), assembly = _run(func, _target_for(isa), arrays)
+        assert ("vpdpbusd" if isa == VNNI else "vpmaddubsw") in assembly
+        return got
+
+    check_product_against_llama_cpp(qtype, run)
+
+
+def check_product_against_llama_cpp(
+    qtype: Q, run: Callable[[list[np.ndarray]], np.ndarray]
+) -> None:
+    """`run` (a product kernel of `qtype` called on its arguments: the reference's quantized
+    activations, the weight planes, a zero output; returning the output) against llama.cpp's
+    quantize-then-dot, and against the float path within the activations' rounding."""
     x = _activations()
     xq, xd = _quantize_reference(x)
     xs = _block_sums_reference(x)
@@ -176,13 +208,14 @@ def test_product_equals_llama_cpp_quantize_then_dot(qtype: Q, isa: str) -> None:
     fmt = FORMATS[qtype.name.lower()]
     planes = repack(RawTensor(data.reshape(FEATURES, -1), qtype, (FEATURES, COLUMNS)), fmt)
     out = np.zeros((ROWS, FEATURES), np.float32)
-    func = int8_gemv(fmt.name, ROWS, FEATURES, COLUMNS, isa)
     weights = [planes[plane.name] for plane in fmt.planes]
     sums_if_needed = [xs] if "m" in planes else []
-    (*_, got), assembly = _run(func, _target_for(isa), [xq, xd, *sums_if_needed, *weights, out])
-    assert ("vpdpbusd" if isa == VNNI else "vpmaddubsw") in assembly
-    # fp32 products and sums of exact block terms: within a few ulps of their absolute sum.
-    bound = 1e-6 * (np.abs(terms[0]) + np.abs(terms[1])).sum(axis=-1).T
+    got = run([xq, xd, *sums_if_needed, *weights, out])
+    # fp32 products and sums of exact partial sums (a block's lanes, in an order each
+    # kernel picks): within a few ulps of the sum of the products' magnitudes.
+    magnitudes = np.abs(wq).reshape(FEATURES, 1, -1, 32) * np.abs(xq).reshape(1, ROWS, -1, 32)
+    magnitudes = magnitudes.sum(axis=-1) * np.abs(scales.astype(np.float64))
+    bound = 1e-6 * (magnitudes + np.abs(terms[1])).sum(axis=-1).T
     assert (np.abs(got - expected) <= bound).all()
     # Against the float path: each activation is off by at most d_x (1/2 + 127 * 2**-11)
     # (rounding to an int8 step, the scale rounded to fp16), times |d_w q_w| + |m_w|; with
@@ -203,3 +236,23 @@ def test_other_formats_are_refused_by_name() -> None:
         ValueError, match=r"no int8 dot product for 'q2_k'; supported: q8_0, q4_0, q4_1, q5_0, q5_1"
     ):
         int8_gemv("q2_k", 1, 16, 32, VNNI)
+
+
+def test_gemm_refuses_features_outside_whole_tiles_by_name() -> None:
+    with pytest.raises(ValueError, match=r"output features \(40\) in whole tiles of 16"):
+        int8_gemm("q8_0", 8, 40, 64, VNNI)
+
+
+@pytest.mark.parametrize(
+    ("count", "lanes", "want"),
+    [
+        (8, 8, [0, 1, 2, 3, 4, 5, 6, 7]),
+        (4, 8, [0, 1, 2, 3, 0, 1, 2, 3]),  # vphaddd's layout: each feature once per half
+        (2, 8, [0, 0, 1, 1, 0, 0, 1, 1]),
+        (4, 4, [0, 1, 2, 3]),
+    ],
+)
+def test_feature_sums_fold_into_the_lanes_vphaddd_gives(
+    count: int, lanes: int, want: list[int]
+) -> None:
+    assert lane_features(count, lanes) == want

@@ -7,10 +7,11 @@ and multiply fp32 activations, one float FMA per weight. With `--cpu-int8-activa
 (Q8_0: fp16 scale, int8 values; for Q4_1 / Q5_1, whose blocks have a min, Q8_1: also
 s = d * sum(q)) and the integer dot product of those with the weight's blocks, one
 instruction for 32 byte products (schedules/cpu_int8_dot.py; VNNI or AVX2, from the
-target's features). Q4_K / Q5_K / Q6_K products take llama.cpp's Q8_K activations instead
-(per 256 values an fp32 scale, int8 values and the sums of each 16;
-schedules/cpu_int8_kquant_dot.py). The numerics change as llama.cpp's do: each activation
-is rounded to its block's int8 step, so logits differ from the float path's
+target's features; over several token rows the register-blocked schedules/cpu_int8_gemm.py).
+Q4_K / Q5_K / Q6_K (and Q2_K / Q3_K) products take llama.cpp's Q8_K activations instead (per
+256 values an fp32 scale, int8 values and the sums of each 16;
+schedules/cpu_int8_kquant_dot.py, x86 only). The numerics change as llama.cpp's do: each
+activation is rounded to its block's int8 step, so logits differ from the float path's
 (tests/test_cpu_int8_activations.py states the bound);
 products over other weight formats, and every float matmul, stay on the float path.
 
@@ -38,11 +39,12 @@ from vllm_tvm.schedules.cpu_int8_dot import (
     OFFSET_FORMATS,
     Rows,
     int8_dot_isa,
-    int8_gemv,
     quantize_activations,
 )
+from vllm_tvm.schedules.cpu_int8_gemm import int8_product, uses_gemm
 from vllm_tvm.schedules.cpu_int8_kquant_dot import (
     INT8_KQUANT_FORMATS,
+    INT8_KQUANT_ISAS,
     SUPER_BLOCK,
     int8_kquant_gemv,
     quantize_activations_q8_k,
@@ -79,7 +81,10 @@ def resolve_int8_activations(
 
 def _why_not(spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]) -> str | None:
     if spec.kind != "llvm" or int8_dot_isa(spec.make_target()) is None:
-        return f"target '{spec.name}' has no integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2)"
+        return (
+            f"target '{spec.name}' has no integer dot products (AVX-512 VNNI, AVX-VNNI, AVX2,"
+            " aarch64 dotprod)"
+        )
     if dtype != ACTIVATION_DTYPE:
         return f"dtype '{dtype}': the integer path takes {ACTIVATION_DTYPE} activations"
     if not set(weight_formats.values()) & set(INTEGER_FORMATS):
@@ -125,6 +130,8 @@ class _Int8Rewriter(PyExprMutator):
         x, *planes = call.args[1].fields
         if x.ty.dtype != ACTIVATION_DTYPE or call.ty.dtype != ACTIVATION_DTYPE:
             return call
+        if matched.group(1) in INT8_KQUANT_FORMATS and self.isa not in INT8_KQUANT_ISAS:
+            return call
         self.rewritten += 1
         return self._integer_product(matched.group(1), x, planes, call.ty)
 
@@ -142,10 +149,12 @@ class _Int8Rewriter(PyExprMutator):
         static = int(rows) if isinstance(rows, tirx.IntImm) else None
         kernel_rows = static if static is not None else tirx.Var("rows", "int64")
         quantize, outputs = self._quantization(fmt, static, kernel_rows, rows, columns)
-        make_product = int8_kquant_gemv if fmt in INT8_KQUANT_FORMATS else int8_gemv
+        kquant = fmt in INT8_KQUANT_FORMATS
+        make_product = int8_kquant_gemv if kquant else int8_product
+        gemm = not kquant and uses_gemm(kernel_rows, features)
         product = self._kernel(
             (fmt, static, features, columns),
-            f"int8_dot_{fmt}",
+            f"int8_{'gemm' if gemm else 'dot'}_{fmt}",
             lambda: make_product(fmt, kernel_rows, features, columns, self.isa),
         )
         flat = self.builder_.emit(relax.op.reshape(x, relax.ShapeExpr([rows, columns])))

@@ -72,6 +72,8 @@ KQUANTS = {
 }
 INT8_KQUANT_FORMATS = tuple(KQUANTS)
 """Weight formats `int8_kquant_gemv` multiplies."""
+INT8_KQUANT_ISAS = (VNNI, AVX2)
+"""The ISAs with K-quant kernels (x86); elsewhere K-quant products stay on the float path."""
 
 
 def quantize_activations_q8_k(rows: Rows, columns: int) -> tirx.PrimFunc:
@@ -197,8 +199,10 @@ def int8_kquant_gemv(
             f"no int8 K-quant dot product for {fmt_name!r}; "
             f"supported: {', '.join(INT8_KQUANT_FORMATS)}"
         )
-    if isa not in (VNNI, AVX2):
-        raise ValueError(f"unknown integer dot ISA {isa!r}; supported: {VNNI}, {AVX2}")
+    if isa not in INT8_KQUANT_ISAS:
+        raise ValueError(
+            f"unknown integer dot ISA {isa!r}; supported: {', '.join(INT8_KQUANT_ISAS)}"
+        )
     kquant, fmt = KQUANTS[fmt_name], FORMATS[fmt_name]
     with_offset = kquant.offset != 0
     supers = columns // SUPER_BLOCK
