@@ -54,7 +54,7 @@ LONGROPE_FACTOR_SETS = {LONGROPE_SHORT: "short_factor", LONGROPE_LONG: "long_fac
 
 
 MODEL_APPLIED_ROPE_TYPES = ("yarn", "longrope")
-LAYER_ROPE_TYPES = ("default", "linear", "dynamic", *MODEL_APPLIED_ROPE_TYPES)
+LAYER_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", *MODEL_APPLIED_ROPE_TYPES)
 """The types whose frequencies `rope_frequencies` computes (the model rotates with them
 when its layers use different bases: the cache has one)."""
 
@@ -239,6 +239,8 @@ def rope_frequencies(
     inv_freq = 1.0 / theta**exponents
     if rope_type == "linear":
         return (inv_freq / params["factor"]).astype(np.float32), 1.0
+    if rope_type == "llama3":
+        return _llama3_frequencies(inv_freq, params).astype(np.float32), 1.0
     if rope_type == "yarn":
         inv_freq = inv_freq / _yarn_divisors(params, theta, rotary_dim)
     elif rope_type == "longrope":
@@ -246,3 +248,17 @@ def rope_frequencies(
     else:
         return inv_freq.astype(np.float32), 1.0
     return inv_freq.astype(np.float32), float(params["attention_factor"])
+
+
+def _llama3_frequencies(inv_freq: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    """Llama 3.1's scaling: wavelengths past `original_max_position_embeddings /
+    low_freq_factor` slowed by `factor`, those under `.. / high_freq_factor` kept, and a
+    smooth blend between (transformers' `_compute_llama3_parameters`)."""
+    factor, original = params["factor"], params["original_max_position_embeddings"]
+    low, high = params["low_freq_factor"], params["high_freq_factor"]
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = np.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    middle = (wavelength <= original / low) & (wavelength >= original / high)
+    return np.where(middle, blended, scaled)

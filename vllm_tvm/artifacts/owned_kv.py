@@ -1,0 +1,29 @@
+"""The names both sides of the owned-KV contract agree on: the functions an artifact exports
+when its model runs over KV pages the runtime owns (model_defs/owned_kv.py), the switch that
+turns them off, and the batch bound of the decode step.
+
+Why in artifacts: the compiler decides whether to export the functions and the runtime
+whether to call them; both read the one switch here.
+"""
+
+from __future__ import annotations
+
+import os
+
+OWNED_PREFILL = "prefill_owned"
+OWNED_DECODE = "decode_owned"
+OWNED_DECODE_MAX_BATCH = 256
+"""The largest decode batch `decode_owned` serves: the bound its intermediate buffers are
+planned for, so a captured graph's buffers hold any bucket up to it."""
+OWNED_KV_ENV = "VLLM_TVM_OWNED_KV"
+"""The switch: "0" off (compile: not exported; run: the cache's functions are called even
+when exported), "1" on for every target at compile time, unset: on for CUDA builds and
+whenever an artifact exports the functions."""
+
+
+def owned_kv_setting() -> str | None:
+    """`OWNED_KV_ENV`'s value ("0", "1"), None when unset; any other value is refused."""
+    setting = os.environ.get(OWNED_KV_ENV)
+    if setting not in (None, "0", "1"):
+        raise ValueError(f"{OWNED_KV_ENV}={setting!r}: expected '0' or '1'")
+    return setting

@@ -1,0 +1,106 @@
+"""The kernels a model's owned-page functions call (model_defs/owned_kv.py), and the choice
+of whether a build exports those functions.
+
+Why here: the model definition may not import kernels (the layering test), so the compiler
+makes them for the model's shape and target and hands them in before export: TVM's append
+kernel and our decode kernel (compiler/device_decode_attention.py's pair), and TVM's TIR
+paged prefill kernel, all specialised to RoPE off and 1/sqrt(head_dim). The decode kernel is
+ours on CUDA; on CPUs TVM's, which takes the positions twice more (its RoPE offsets,
+unused): our kernel's CPU form, exact on its own, gave wrong attention inside a model's
+module on llvm (not yet understood), so the CPU path keeps TVM's.
+
+The choice: on CUDA targets a model that can run over owned pages exports them unless
+`OWNED_KV_ENV` (artifacts/owned_kv.py) is "0"; "1" exports them on any target (the CPU
+tests check the same functions against transformers). `decode_owned` is then marked for
+`RewriteCUDAGraph` (`mark_owned_decode`).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+from tvm.relax.frontend.nn.llm._prefill_kernels import _attention_prefill, _attention_prefill_cpu
+
+from vllm_tvm.artifacts.owned_kv import (
+    OWNED_DECODE,
+    OWNED_DECODE_MAX_BATCH,
+    OWNED_KV_ENV,
+    owned_kv_setting,
+)
+from vllm_tvm.compiler.device_decode_attention import (
+    OWN_KERNEL,
+    TVM_KERNEL,
+    DecodeAttentionShape,
+    decode_attention_kernels,
+)
+from vllm_tvm.model_defs.causal_lm import PagedCausalLM
+from vllm_tvm.model_defs.owned_kv import OwnedKernels
+
+PREFILL_KERNEL = "owned_prefill_paged_kv"
+"""Its own symbol: TVM's cache adds `batch_prefill_paged_kv` to the same library."""
+PAGE_SIZE = 16
+_CAUSAL, _ROTARY_OFF, _ROPE_UNUSED = 1, 0, 1.0
+_OPAQUE = 8
+"""relax's OpPatternKind kOpaque."""
+
+
+def owned_kv_wanted(target_kind: str) -> bool:
+    """Whether a build for `target_kind` exports the owned-page functions (`OWNED_KV_ENV`)."""
+    setting = owned_kv_setting()
+    return setting == "1" or (setting is None and target_kind == "cuda")
+
+
+def attach_owned_kernels(model: PagedCausalLM, target: tvm.target.Target) -> None:
+    """Give `model` its owned-page kernels when it is wanted and able; a model that cannot
+    is left on the cache alone when the target's default asked, refused by name when
+    `OWNED_KV_ENV` forced it."""
+    if not owned_kv_wanted(target.kind.name):
+        return
+    refusal = model.owned_kv_refusal()
+    if refusal is not None:
+        if owned_kv_setting() == "1":
+            raise ValueError(f"{OWNED_KV_ENV}=1: owned KV pages do not serve {refusal}")
+        return
+    q_heads, kv_heads = model.cache_heads()
+    shape = DecodeAttentionShape(q_heads, kv_heads, model.config.head_dim, model.dtype, PAGE_SIZE)
+    kernel = OWN_KERNEL if target.kind.name == "cuda" else TVM_KERNEL
+    append, decode = decode_attention_kernels(shape, target, kernel)
+    kernels = (append, decode, _prefill_kernel(shape, target))
+    model.owned_kernels = OwnedKernels(*(_opaque(kernel) for kernel in kernels), PAGE_SIZE)
+
+
+def _opaque(kernel: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`kernel` kept whole by FuseOps: fused with the elementwise ops after it (as its
+    analysis would allow the decode kernel), its shared scratch buffers broke the result."""
+    return kernel.with_attr("op_pattern", _OPAQUE)
+
+
+def _prefill_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
+    arguments = (shape.num_kv_heads, shape.num_q_heads, shape.head_dim, shape.dtype, False, {})
+    if target.kind.name == "llvm":
+        prefill = _attention_prefill_cpu(*arguments, page_size=shape.page_size)
+    else:
+        prefill = _attention_prefill(*arguments, target, page_size=shape.page_size)
+    causal, rotary_mode, rope_scale, rope_theta, sm_scale = prefill.params[-5:]
+    return prefill.specialize(
+        {
+            causal: tirx.IntImm("int32", _CAUSAL),
+            rotary_mode: tirx.IntImm("int32", _ROTARY_OFF),
+            rope_scale: tirx.FloatImm("float32", _ROPE_UNUSED),
+            rope_theta: tirx.FloatImm("float32", _ROPE_UNUSED),
+            sm_scale: tirx.FloatImm("float32", shape.head_dim**-0.5),
+        }
+    ).with_attr("global_symbol", PREFILL_KERNEL)
+
+
+def mark_owned_decode(mod: tvm.IRModule) -> tvm.IRModule:
+    """`decode_owned` with one dynamic input (the token ids) for `RewriteCUDAGraph`: the
+    metadata, pages and weights after it are the same tensors on every call of a bucket
+    (runtime/kv/owned_kv_cache.py keeps them), and its buffers planned for
+    `OWNED_DECODE_MAX_BATCH` rows, so each batch size is captured once and replayed."""
+    if OWNED_DECODE not in [gv.name_hint for gv in mod.functions]:
+        return mod
+    function = mod[OWNED_DECODE].with_attr("num_input", 1)
+    function = function.with_attr("tir_var_upper_bound", {"batch_size": OWNED_DECODE_MAX_BATCH})
+    mod[OWNED_DECODE] = function
+    return mod
