@@ -12,6 +12,10 @@ import os
 
 OWNED_PREFILL = "prefill_owned"
 OWNED_DECODE = "decode_owned"
+OWNED_DECODE_SINGLE = "decode_owned_single"
+"""`decode_owned` for one sequence: static shapes let every projection be scheduled as a
+plain GEMV, as the cache's `decode_single` does (measured on the H200 at the 8B shape, the
+dynamic-batch step ran b1 at 5.44 ms a token against the cache path's 5.18)."""
 OWNED_DECODE_MAX_BATCH = 256
 """The largest decode batch `decode_owned` serves: the bound its intermediate buffers are
 planned for, so a captured graph's buffers hold any bucket up to it."""

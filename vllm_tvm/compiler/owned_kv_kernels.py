@@ -24,6 +24,7 @@ from tvm.relax.frontend.nn.llm._prefill_kernels import _attention_prefill, _atte
 from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE,
     OWNED_DECODE_MAX_BATCH,
+    OWNED_DECODE_SINGLE,
     OWNED_KV_ENV,
     owned_kv_setting,
 )
@@ -94,13 +95,15 @@ def _prefill_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> t
 
 
 def mark_owned_decode(mod: tvm.IRModule) -> tvm.IRModule:
-    """`decode_owned` with one dynamic input (the token ids) for `RewriteCUDAGraph`: the
-    metadata, pages and weights after it are the same tensors on every call of a bucket
-    (runtime/kv/owned_kv_cache.py keeps them), and its buffers planned for
-    `OWNED_DECODE_MAX_BATCH` rows, so each batch size is captured once and replayed."""
+    """`decode_owned` and `decode_owned_single` with one dynamic input (the token ids) for
+    `RewriteCUDAGraph`: the metadata, pages and weights after it are the same tensors on
+    every call of a bucket (runtime/kv/owned_kv_cache.py keeps them), and the batched
+    step's buffers planned for `OWNED_DECODE_MAX_BATCH` rows, so each batch size is
+    captured once and replayed."""
     if OWNED_DECODE not in [gv.name_hint for gv in mod.functions]:
         return mod
     function = mod[OWNED_DECODE].with_attr("num_input", 1)
     function = function.with_attr("tir_var_upper_bound", {"batch_size": OWNED_DECODE_MAX_BATCH})
     mod[OWNED_DECODE] = function
+    mod[OWNED_DECODE_SINGLE] = mod[OWNED_DECODE_SINGLE].with_attr("num_input", 1)
     return mod

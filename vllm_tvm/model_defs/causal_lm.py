@@ -60,7 +60,8 @@ class PagedCausalLM(nn.Module):
         """Whether `prefill_hidden` is exported too (a target drafted for by EAGLE or MTP)."""
         self.owned_kernels: OwnedKernels | None = None
         """Set by export when the model also runs over KV pages it owns (owned_kv.py): then
-        `prefill_owned` and `decode_owned` are exported beside the cache's functions."""
+        `prefill_owned`, `decode_owned` and `decode_owned_single` are exported beside the
+        cache's functions."""
 
     def owned_kv_refusal(self) -> str | None:
         """Why this model cannot run over owned KV pages, None when it can: owned_kv.py's
@@ -215,6 +216,20 @@ class PagedCausalLM(nn.Module):
         self.kv_cache_extern_mods = list(getattr(cache, "extern_mods", []))
         return cache
 
+    def decode_owned_single(
+        self,
+        input_ids: Tensor,
+        page_indptr: Tensor,
+        page_values: Tensor,
+        last_page_len: Tensor,
+        positions: Tensor,
+        append_slots: Tensor,
+        pages: Any,
+    ) -> Tensor:
+        """`decode_owned` for exactly one sequence (static shapes, GEMV projections)."""
+        metadata = (page_indptr, page_values, last_page_len, positions, append_slots)
+        return self.decode_owned(input_ids, *metadata, pages)
+
     def _owned_spec(self) -> dict[str, Any]:
         """Signatures of `prefill_owned` / `decode_owned` when exported."""
         if self.owned_kernels is None:
@@ -226,8 +241,20 @@ class PagedCausalLM(nn.Module):
         pages = [nn.spec.Tensor(page, self.dtype) for _ in range(cfg.num_hidden_layers)]
         packed = {"param_mode": "packed", "effect_mode": "none"}
 
-        def ints(name: str) -> nn.spec.Tensor:
-            return nn.spec.Tensor([name], "int32")
+        def ints(size: str | int) -> nn.spec.Tensor:
+            return nn.spec.Tensor([size], "int32")
+
+        def decode(rows: str | int, indptr: str | int) -> dict[str, Any]:
+            return {
+                "input_ids": ints(rows),
+                "page_indptr": ints(indptr),
+                "page_values": ints("num_page_values"),
+                "last_page_len": ints(rows),
+                "positions": ints(rows),
+                "append_slots": ints(rows),
+                "pages": pages,
+                "$": packed,
+            }
 
         return {
             "prefill_owned": {
@@ -242,16 +269,8 @@ class PagedCausalLM(nn.Module):
                 "pages": pages,
                 "$": packed,
             },
-            "decode_owned": {
-                "input_ids": ints("batch_size"),
-                "page_indptr": ints("num_parts_plus_one"),
-                "page_values": ints("num_page_values"),
-                "last_page_len": ints("batch_size"),
-                "positions": ints("batch_size"),
-                "append_slots": ints("batch_size"),
-                "pages": pages,
-                "$": packed,
-            },
+            "decode_owned": decode("batch_size", "num_parts_plus_one"),
+            "decode_owned_single": decode(1, 2),
         }
 
     def export_spec(self) -> dict[str, Any]:

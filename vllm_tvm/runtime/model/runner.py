@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_KV_ENV, OWNED_PREFILL, owned_kv_setting
+from vllm_tvm.artifacts.owned_kv import (
+    OWNED_DECODE,
+    OWNED_DECODE_SINGLE,
+    OWNED_KV_ENV,
+    OWNED_PREFILL,
+    owned_kv_setting,
+)
 from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
 from vllm_tvm.extensions import load_artifact_extensions
@@ -310,7 +316,8 @@ class ModelRunner(Runner):
         rows, metadata = self.kv_cache.decode_arguments()
         ids = np.zeros(rows, np.int32)
         ids[: len(token_ids)] = token_ids
-        call = self._function(OWNED_DECODE)
+        single = rows == 1 and OWNED_DECODE_SINGLE in self.manifest.functions
+        call = self._function(OWNED_DECODE_SINGLE if single else OWNED_DECODE)
         logits = call(self.forward_input(ids), *metadata, self.kv_cache.pages, self.params)
         self.kv_cache.end_forward()
         return self._device_logits(logits, len(seq_ids))
