@@ -25,6 +25,7 @@ from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.export import export_model
 from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.model_defs.rope_scaling import cache_rope_frequencies
 from vllm_tvm.runtime.kv.owned_kv_cache import OwnedKVCache, decode_bucket, prefill_metadata
 from vllm_tvm.runtime.kv.owned_pages import OwnedPageTable
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -82,6 +83,19 @@ def test_prefill_metadata_of_a_chunk_after_cached_tokens() -> None:
     assert slots == [7 * PAGE + 15, 3 * PAGE, 5 * PAGE, 5 * PAGE + 1, 5 * PAGE + 2]
 
 
+def test_llama3_frequencies_equal_transformers() -> None:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}
+    scaling |= {"high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    config = LlamaConfig(head_dim=128, rope_theta=500000.0, rope_scaling=scaling)
+    theirs, factor = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    ours, our_factor = cache_rope_frequencies("llama3", scaling, 500000.0, 128)
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6)
+    assert our_factor == factor == 1.0
+
+
 def test_decode_buckets_pad_up_and_refuse_past_the_largest() -> None:
     assert [decode_bucket(b) for b in (1, 3, 5, 9, 256)] == [1, 4, 8, 16, 256]
     with pytest.raises(ValueError, match="serve 1 to 256"):
@@ -109,6 +123,22 @@ def test_owned_greedy_tokens_equal_transformers(owned_llm: LLM, tiny_model_dir) 
         with torch.no_grad():
             out = oracle.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)
         assert tokens == out[0, len(ids) :].tolist()
+
+
+def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, tiny_model_dir) -> None:
+    """A prompt in two chunks: the first a fresh prefill (`prefill_owned_fresh`), the
+    second over the first's pages (`prefill_owned`, a chunk starting inside a page)."""
+    runner = owned_llm.runner
+    ids = owned_llm.tokenizer.encode(PROMPTS[2]) * 2
+    runner.kv_cache.add_sequence(9)
+    try:
+        runner.prefill_logits([9], [ids[:5]])
+        logits = runner.prefill_logits([9], [ids[5:]]).numpy()
+    finally:
+        runner.kv_cache.remove_sequence(9)
+    with torch.no_grad():
+        expected = load_oracle(tiny_model_dir("llama"))(torch.tensor([ids])).logits[0, -1]
+    assert np.abs(logits[-1] - expected.numpy()).max() <= 1e-4
 
 
 def test_owned_decode_logits_equal_the_cache_path(owned_llm: LLM, tiny_model_dir) -> None:

@@ -4,10 +4,10 @@ of whether a build exports those functions.
 Why here: the model definition may not import kernels (the layering test), so the compiler
 makes them for the model's shape and target and hands them in before export: TVM's append
 kernel and our decode kernel (compiler/device_decode_attention.py's pair), and TVM's TIR
-paged prefill kernel, all specialised to RoPE off and 1/sqrt(head_dim). The decode kernel is
-ours on CUDA; on CPUs TVM's, which takes the positions twice more (its RoPE offsets,
-unused): our kernel's CPU form, exact on its own, gave wrong attention inside a model's
-module on llvm (not yet understood), so the CPU path keeps TVM's.
+paged and ragged prefill kernels, all specialised to RoPE off and 1/sqrt(head_dim). The
+decode kernel is ours on CUDA; on CPUs TVM's, which takes the positions twice more (its
+RoPE offsets, unused): our kernel's CPU form, exact on its own, gave wrong attention inside
+a model's module on llvm (not yet understood), so the CPU path keeps TVM's.
 
 The choice: on CUDA targets a model that can run over owned pages exports them unless
 `OWNED_KV_ENV` (artifacts/owned_kv.py) is "0"; "1" exports them on any target (the CPU
@@ -19,7 +19,12 @@ from __future__ import annotations
 
 import tvm
 from tvm import tirx
-from tvm.relax.frontend.nn.llm._prefill_kernels import _attention_prefill, _attention_prefill_cpu
+from tvm.relax.frontend.nn.llm._prefill_kernels import (
+    _attention_prefill,
+    _attention_prefill_cpu,
+    _attention_prefill_ragged,
+    _attention_prefill_ragged_cpu,
+)
 
 from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE,
@@ -38,7 +43,9 @@ from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.owned_kv import OwnedKernels
 
 PREFILL_KERNEL = "owned_prefill_paged_kv"
-"""Its own symbol: TVM's cache adds `batch_prefill_paged_kv` to the same library."""
+RAGGED_KERNEL = "owned_prefill_ragged_kv"
+"""Own symbols: TVM's cache adds `batch_prefill_paged_kv` / `batch_prefill_ragged_kv` to
+the same library."""
 PAGE_SIZE = 16
 _CAUSAL, _ROTARY_OFF, _ROPE_UNUSED = 1, 0, 1.0
 _OPAQUE = 8
@@ -66,7 +73,7 @@ def attach_owned_kernels(model: PagedCausalLM, target: tvm.target.Target) -> Non
     shape = DecodeAttentionShape(q_heads, kv_heads, model.config.head_dim, model.dtype, PAGE_SIZE)
     kernel = OWN_KERNEL if target.kind.name == "cuda" else TVM_KERNEL
     append, decode = decode_attention_kernels(shape, target, kernel)
-    kernels = (append, decode, _prefill_kernel(shape, target))
+    kernels = (append, decode, _prefill_kernel(shape, target), _ragged_kernel(shape, target))
     model.owned_kernels = OwnedKernels(*(_opaque(kernel) for kernel in kernels), PAGE_SIZE)
 
 
@@ -82,8 +89,22 @@ def _prefill_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> t
         prefill = _attention_prefill_cpu(*arguments, page_size=shape.page_size)
     else:
         prefill = _attention_prefill(*arguments, target, page_size=shape.page_size)
-    causal, rotary_mode, rope_scale, rope_theta, sm_scale = prefill.params[-5:]
-    return prefill.specialize(
+    return _causal_without_rope(prefill, shape).with_attr("global_symbol", PREFILL_KERNEL)
+
+
+def _ragged_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
+    heads = (shape.num_kv_heads, shape.num_q_heads, shape.head_dim, shape.head_dim)
+    if target.kind.name == "llvm":
+        ragged = _attention_prefill_ragged_cpu(*heads, shape.dtype, {})
+    else:
+        ragged = _attention_prefill_ragged(*heads, shape.dtype, {}, target)
+    return _causal_without_rope(ragged, shape).with_attr("global_symbol", RAGGED_KERNEL)
+
+
+def _causal_without_rope(kernel: tirx.PrimFunc, shape: DecodeAttentionShape) -> tirx.PrimFunc:
+    """A TVM prefill kernel with its trailing scalars bound: causal, RoPE off, our scale."""
+    causal, rotary_mode, rope_scale, rope_theta, sm_scale = kernel.params[-5:]
+    return kernel.specialize(
         {
             causal: tirx.IntImm("int32", _CAUSAL),
             rotary_mode: tirx.IntImm("int32", _ROTARY_OFF),
@@ -91,7 +112,7 @@ def _prefill_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> t
             rope_theta: tirx.FloatImm("float32", _ROPE_UNUSED),
             sm_scale: tirx.FloatImm("float32", shape.head_dim**-0.5),
         }
-    ).with_attr("global_symbol", PREFILL_KERNEL)
+    )
 
 
 def mark_owned_decode(mod: tvm.IRModule) -> tvm.IRModule:

@@ -26,11 +26,12 @@ from tvm.target import Target
 
 from vllm_tvm.model_defs.owned_kv import (
     DECODE_METADATA,
+    FRESH_PREFILL_METADATA,
     PREFILL_METADATA,
     OwnedKernels,
     OwnedPagedAttention,
 )
-from vllm_tvm.model_defs.rope_scaling import rope_frequencies
+from vllm_tvm.model_defs.rope_scaling import cache_rope_frequencies
 
 
 class HeadShape(Protocol):
@@ -88,7 +89,9 @@ class PagedCausalLM(nn.Module):
             params = rope["rope_scaling"]
             if rope["rope_scale"] != 1.0:  # linear: the cache scales positions
                 rope_type, params = "linear", {"factor": 1.0 / rope["rope_scale"]}
-            rotary = rope_frequencies(rope_type, params, rope["rope_theta"], rope["rotary_dim"])
+            rotary = cache_rope_frequencies(
+                rope_type, params, rope["rope_theta"], rope["rotary_dim"]
+            )
         _, kv_heads = self.cache_heads()
         return OwnedPagedAttention(self.owned_kernels, list(pages), metadata, rotary, kv_heads)
 
@@ -109,6 +112,24 @@ class PagedCausalLM(nn.Module):
         attention = self._owned_attention(pages, dict(zip(PREFILL_METADATA, values, strict=True)))
         hidden = self.model(input_embed, attention)
         return self.logits(op.take(hidden, logit_positions, axis=1))
+
+    def prefill_owned_fresh(
+        self,
+        input_embed: Tensor,
+        logit_positions: Tensor,
+        q_indptr: Tensor,
+        k_rope_offsets: Tensor,
+        positions: Tensor,
+        append_slots: Tensor,
+        pages: Any,
+    ) -> tuple[Tensor, ...]:
+        """`prefill_owned` of sequences with nothing cached (FRESH_PREFILL_METADATA):
+        the logits, then every layer's pages (the same tensors, written in place)."""
+        values = (q_indptr, k_rope_offsets, positions, append_slots)
+        metadata = dict(zip(FRESH_PREFILL_METADATA, values, strict=True))
+        attention = self._owned_attention(pages, metadata)
+        hidden = self.model(input_embed, attention)
+        return (self.logits(op.take(hidden, logit_positions, axis=1)), *attention.written)
 
     def decode_owned(
         self,
@@ -264,6 +285,16 @@ class PagedCausalLM(nn.Module):
                 "page_indptr": ints("num_seqs_plus_one"),
                 "page_values": ints("num_page_values"),
                 "last_page_len": ints("num_seqs"),
+                "positions": ints("seq_len"),
+                "append_slots": ints("seq_len"),
+                "pages": pages,
+                "$": packed,
+            },
+            "prefill_owned_fresh": {
+                "input_embed": nn.spec.Tensor([1, "seq_len", cfg.hidden_size], self.dtype),
+                "logit_positions": ints("num_logits"),
+                "q_indptr": ints("num_seqs_plus_one"),
+                "k_rope_offsets": ints("num_seqs"),
                 "positions": ints("seq_len"),
                 "append_slots": ints("seq_len"),
                 "pages": pages,

@@ -38,6 +38,10 @@ PREFILL_METADATA = (
 )
 """The prefill's metadata arguments: per sequence CSR of its query rows and of its pages,
 its last page's fill; per token its position and its append slot."""
+FRESH_PREFILL_METADATA = ("q_indptr", "k_rope_offsets", "positions", "append_slots")
+"""A prefill of sequences with nothing cached: its keys are its own new rows, so attention
+runs over q/k/v as they are (TVM's ragged kernel) and the pages are only written; the k
+RoPE offsets (zeros) go unread with RoPE off."""
 
 
 _OWN_DECODE_ARGUMENTS = 7
@@ -52,11 +56,14 @@ class OwnedKernels:
     - `decode(q, pages, page_indptr, page_values, last_page_len[, positions, positions])
       -> (out, lse)`;
     - `prefill(q, q_indptr, pages, page_indptr, page_values, last_page_len, k_rope_offsets,
-      positions) -> (out, lse)`: causal, each sequence's rows the last of its keys."""
+      positions) -> (out, lse)`: causal, each sequence's rows the last of its keys;
+    - `ragged(q, q_indptr, k, v, kv_indptr, positions, k_rope_offsets) -> (out, lse)`:
+      causal over the rows' own k/v."""
 
     append: tirx.PrimFunc
     decode: tirx.PrimFunc
     prefill: tirx.PrimFunc
+    ragged: tirx.PrimFunc
     page_size: int
 
     @property
@@ -85,6 +92,9 @@ class OwnedPagedAttention:
         self.metadata = metadata
         self.rotary = rotary
         self.num_kv_heads = num_kv_heads
+        self.written: list[Tensor] = []
+        """Each layer's pages after its append, in layer order: a fresh prefill, whose
+        attention reads no pages, returns them so the appends are not dead code."""
 
     @property
     def is_prefill(self) -> bool:
@@ -115,10 +125,15 @@ class OwnedPagedAttention:
             0,
             Tensor.placeholder(self.pages[layer_id].shape, self.pages[layer_id].dtype),
         )
+        self.written.append(pages)
         out_shape = [Tensor.placeholder(q.shape, q.dtype)]
         lse_shape = [Tensor.placeholder([q.shape[0], num_q_heads], "float32")]
         meta = self.metadata
-        if self.is_prefill:
+        if "k_rope_offsets" in meta:
+            inputs = [q, meta["q_indptr"], k, v, meta["q_indptr"], meta["positions"]]
+            inputs += [meta["k_rope_offsets"]]
+            kernel, name = self.kernels.ragged, "owned_ragged_prefill_attention"
+        elif self.is_prefill:
             inputs = [q, meta["q_indptr"], pages, meta["page_indptr"], meta["page_values"]]
             # The kernel's k RoPE offsets (last_page_len again) go unread with its RoPE off.
             inputs += [meta["last_page_len"], meta["last_page_len"], meta["positions"]]

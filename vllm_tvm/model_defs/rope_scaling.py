@@ -54,7 +54,7 @@ LONGROPE_FACTOR_SETS = {LONGROPE_SHORT: "short_factor", LONGROPE_LONG: "long_fac
 
 
 MODEL_APPLIED_ROPE_TYPES = ("yarn", "longrope")
-LAYER_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", *MODEL_APPLIED_ROPE_TYPES)
+LAYER_ROPE_TYPES = ("default", "linear", "dynamic", *MODEL_APPLIED_ROPE_TYPES)
 """The types whose frequencies `rope_frequencies` computes (the model rotates with them
 when its layers use different bases: the cache has one)."""
 
@@ -239,8 +239,6 @@ def rope_frequencies(
     inv_freq = 1.0 / theta**exponents
     if rope_type == "linear":
         return (inv_freq / params["factor"]).astype(np.float32), 1.0
-    if rope_type == "llama3":
-        return _llama3_frequencies(inv_freq, params).astype(np.float32), 1.0
     if rope_type == "yarn":
         inv_freq = inv_freq / _yarn_divisors(params, theta, rotary_dim)
     elif rope_type == "longrope":
@@ -248,6 +246,18 @@ def rope_frequencies(
     else:
         return inv_freq.astype(np.float32), 1.0
     return inv_freq.astype(np.float32), float(params["attention_factor"])
+
+
+def cache_rope_frequencies(
+    rope_type: str, params: dict[str, Any], theta: float, rotary_dim: int
+) -> tuple[np.ndarray, float]:
+    """`rope_frequencies`, and Llama 3.1's `llama3` scaling, which the KV cache rotates
+    with for the model: what a model over owned KV pages (owned_kv.py) rotates with itself
+    where the cache would have."""
+    if rope_type != "llama3":
+        return rope_frequencies(rope_type, params, theta, rotary_dim)
+    exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
+    return _llama3_frequencies(1.0 / theta**exponents, params).astype(np.float32), 1.0
 
 
 def _llama3_frequencies(inv_freq: np.ndarray, params: dict[str, Any]) -> np.ndarray:

@@ -129,12 +129,18 @@ class OwnedKVCache:
             raise RuntimeError("owned KV metadata asked for outside a forward")
         return self._forward
 
-    def prefill_arguments(self) -> list[Any]:
-        """The current forward's PREFILL_METADATA on the device."""
+    def prefill_arguments(self, fresh_served: bool) -> tuple[bool, list[Any]]:
+        """Whether the current forward runs as a fresh prefill (its sequences had nothing
+        cached and `fresh_served`: the artifact has the function), and its metadata on the
+        device: FRESH_PREFILL_METADATA then, else PREFILL_METADATA."""
         seq_ids, cached, new = self._current()
         tables = [self.table.pages(seq_id) for seq_id in seq_ids]
         arrays = prefill_metadata(tables, cached, new, self.config.page_size)
-        return [self._to_device(array) for array in arrays]
+        fresh = fresh_served and not any(cached)
+        if fresh:
+            q_indptr, _, _, _, positions, slots = arrays
+            arrays = [q_indptr, np.zeros(len(seq_ids), np.int32), positions, slots]
+        return fresh, [self._to_device(array) for array in arrays]
 
     def decode_arguments(self) -> tuple[int, list[Any]]:
         """The current one-token forward's bucket and its DECODE_METADATA, copied into the

@@ -24,6 +24,7 @@ from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE_SINGLE,
     OWNED_KV_ENV,
     OWNED_PREFILL,
+    OWNED_PREFILL_FRESH,
     owned_kv_setting,
 )
 from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
@@ -300,12 +301,13 @@ class ModelRunner(Runner):
                 f"KV pages; {OWNED_KV_ENV}=0 runs every forward over TVM's cache"
             )
         self.kv_cache.begin_forward(seq_ids, lengths)
-        metadata = self.kv_cache.prefill_arguments()
+        served = OWNED_PREFILL_FRESH in self.manifest.functions
+        fresh, metadata = self.kv_cache.prefill_arguments(served)
         self._held_inputs.extend(metadata)
-        call = self._function(OWNED_PREFILL)
-        logits = call(*inputs, *metadata, self.kv_cache.pages, self.params)
+        call = self._function(OWNED_PREFILL_FRESH if fresh else OWNED_PREFILL)
+        outputs = call(*inputs, *metadata, self.kv_cache.pages, self.params)
         self.kv_cache.end_forward()
-        return logits
+        return outputs[0] if fresh else outputs  # a fresh prefill returns the pages too
 
     def _owned_decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
         """One `decode_owned` step, padded to its bucket: ids 0 and no pages in the padding
