@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import tvm
-from tiny_models import load_oracle
+from tiny_models import TINY_MODELS, load_oracle, make_tiny_model
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_KV_ENV
@@ -103,9 +104,16 @@ def test_decode_buckets_pad_up_and_refuse_past_the_largest() -> None:
 
 
 @pytest.fixture(scope="module")
-def owned_llm(tiny_model_dir) -> LLM:
+def owned_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of its own (the tiny Llama's): an engine resolves a model's artifact once
+    a process, so the owned build must not be the one other modules' engines get."""
+    return make_tiny_model(TINY_MODELS["llama"], tmp_path_factory.mktemp("owned_llama"))
+
+
+@pytest.fixture(scope="module")
+def owned_llm(owned_model: Path) -> LLM:
     with _owned_kv("1"):
-        return LLM(tiny_model_dir("llama"), device="cpu", show_progress=False)
+        return LLM(owned_model, device="cpu", show_progress=False)
 
 
 def _greedy(llm: LLM) -> list[list[int]]:
@@ -113,9 +121,9 @@ def _greedy(llm: LLM) -> list[list[int]]:
     return [out.outputs[0].token_ids for out in llm.generate(PROMPTS, params)]
 
 
-def test_owned_greedy_tokens_equal_transformers(owned_llm: LLM, tiny_model_dir) -> None:
+def test_owned_greedy_tokens_equal_transformers(owned_llm: LLM, owned_model: Path) -> None:
     assert isinstance(owned_llm.runner.kv_cache, OwnedKVCache)
-    oracle = load_oracle(tiny_model_dir("llama"))
+    oracle = load_oracle(owned_model)
     oracle.generation_config.eos_token_id = None
     oracle.generation_config.pad_token_id = 0
     for prompt, tokens in zip(PROMPTS, _greedy(owned_llm), strict=True):
@@ -125,7 +133,7 @@ def test_owned_greedy_tokens_equal_transformers(owned_llm: LLM, tiny_model_dir) 
         assert tokens == out[0, len(ids) :].tolist()
 
 
-def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, tiny_model_dir) -> None:
+def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, owned_model: Path) -> None:
     """A prompt in two chunks: the first a fresh prefill (`prefill_owned_fresh`), the
     second over the first's pages (`prefill_owned`, a chunk starting inside a page)."""
     runner = owned_llm.runner
@@ -137,16 +145,15 @@ def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, tiny_mod
     finally:
         runner.kv_cache.remove_sequence(9)
     with torch.no_grad():
-        expected = load_oracle(tiny_model_dir("llama"))(torch.tensor([ids])).logits[0, -1]
+        expected = load_oracle(owned_model)(torch.tensor([ids])).logits[0, -1]
     assert np.abs(logits[-1] - expected.numpy()).max() <= 1e-4
 
 
-def test_owned_decode_logits_equal_the_cache_path(owned_llm: LLM, tiny_model_dir) -> None:
-    """TVM's cache (switch "0"): decode logits of a batch of three
-    (padded to the bucket of four) within fp32 rounding of the owned path's (with the switch
-    at "0" the build, and so the artifact, is the cache-only one)."""
+def test_owned_decode_logits_equal_the_cache_path(owned_llm: LLM, owned_model: Path) -> None:
+    """The same artifact through TVM's cache (switch "0" at run time): decode logits of a
+    batch of three (padded to the bucket of four) within fp32 rounding of the owned path's."""
     with _owned_kv("0"):
-        cache_llm = LLM(tiny_model_dir("llama"), device="cpu", show_progress=False)
+        cache_llm = LLM(owned_model, device="cpu", show_progress=False)
     assert not isinstance(cache_llm.runner.kv_cache, OwnedKVCache)
     logits = []
     for llm in (owned_llm, cache_llm):

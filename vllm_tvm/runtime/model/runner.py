@@ -131,12 +131,12 @@ class ModelRunner(Runner):
         self._settle_sizes(
             max_model_len, max_batch_size, prefill_chunk_size, page_size, max_total_seq_len
         )
+        self._tvm = tvm
         self.kv_cache = self._new_kv_cache()
         self._embed = self.vm["embed"]
         self._functions: dict[str, Any] = {}
         self._argmax = self.vm["argmax"] if self.spec.device_sampling else None
         self._sample = self.vm["sample"] if self.spec.device_sampling else None
-        self._tvm = tvm
         # Device copies of the current forward's host inputs (see `forward_input`).
         self._held_inputs: list[Any] = []
 
@@ -145,17 +145,12 @@ class ModelRunner(Runner):
         `OWNED_KV_ENV` is "0"), else TVM's cache."""
         if OWNED_DECODE not in self.manifest.functions or owned_kv_setting() == "0":
             return PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
-        import tvm
-
-        def empty(shape: tuple[int, ...], dtype: str) -> Any:
-            return tvm.runtime.empty(shape, dtype, self.device)
-
         return OwnedKVCache(
             self.kv_config,
             self.manifest.model_config,
             self.manifest.dtype,
             self.max_model_len,
-            empty,
+            lambda shape, dtype: self._tvm.runtime.empty(shape, dtype, self.device),
             self.to_device,
         )
 
