@@ -48,6 +48,9 @@ class PagedCausalLM(nn.Module):
     """Exported functions over a paged KV cache; subclasses define the network."""
 
     model: nn.Module
+    owned_kv_ready = False
+    """Whether this definition has run over owned KV pages (owned_kv.py) against its oracle;
+    the others keep TVM's cache on every target."""
 
     def __init__(self, config: Any, dtype: str, target: Target, attention: str = "tir") -> None:
         """`attention`: `tir` (TVM's TIR kernels) or `flashinfer` (compiler/attention.py)."""
@@ -68,6 +71,8 @@ class PagedCausalLM(nn.Module):
         """Why this model cannot run over owned KV pages, None when it can: owned_kv.py's
         kernels attend every key of the sequence at scale 1/sqrt(head_dim), one rank."""
         cfg = self.config
+        if not self.owned_kv_ready:
+            return f"{type(self).__name__} (not yet checked over owned pages)"
         if any(kind != "mha" for kind in self.cache_layers()["attn_kind"]):
             return "layers other than full attention"
         if getattr(cfg, "attn_logit_softcapping", None) is not None:
