@@ -189,3 +189,12 @@ def test_cuda_decode_step_is_one_captured_graph(tiny_model_dir) -> None:
     for kernel in ("device_decode_kv_append(", "device_decode_attention("):
         assert (step.count(kernel), graph.count(kernel)) == (0, layers)
     assert "take(" in step and "take(" not in graph
+
+
+def test_a_definition_not_checked_over_owned_pages_keeps_the_cache(tiny_model_dir) -> None:
+    """GPT-2 (learned positions): a CUDA build by default exports the cache's functions
+    alone; forcing owned pages is refused by name."""
+    options = CompileOptions(model=str(tiny_model_dir("gpt2_tied")), target="cuda")
+    assert OWNED_DECODE not in export_model(make_request(options)).manifest.functions
+    with _owned_kv("1"), pytest.raises(ValueError, match="do not serve LearnedPosition"):
+        export_model(make_request(options))
