@@ -30,6 +30,7 @@ from vllm_tvm.compiler.cuda_build import build_libcuda_stub
 from vllm_tvm.compiler.int8_activations import int8_activation_isa
 from vllm_tvm.compiler.kv_kernel_memo import memoised_kv_kernels
 from vllm_tvm.compiler.library_metadata import METADATA_FUNCTION
+from vllm_tvm.compiler.owned_kv_kernels import attach_owned_kernels, mark_owned_decode
 from vllm_tvm.compiler.recurrent_kernels import build_options
 from vllm_tvm.compiler.request import CompileRequest
 from vllm_tvm.compiler.runtime_spec import runtime_spec_for
@@ -97,8 +98,11 @@ def export_model(request: CompileRequest) -> ExportedModel:
         request.speculative_role,
     )
     apply_weight_formats(model, request.weight_formats)
+    if request.speculative_role is None and not request.weight_formats:
+        attach_owned_kernels(model, target)
     with _attention_build_environment(request), memoised_kv_kernels():
         mod, named_params = model.export_tvm(spec=model.export_spec())
+    mod = mark_owned_decode(mod)
     link_options: list[str] = []
     if model.kv_cache_extern_mods:
         existing = list(mod.attrs["external_mods"]) if "external_mods" in mod.attrs else []

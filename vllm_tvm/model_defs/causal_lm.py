@@ -19,9 +19,19 @@ from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import (
     FlashInferPagedKVCache,
     PagedKVCache,
+    RopeMode,
     TIRPagedKVCache,
 )
 from tvm.target import Target
+
+from vllm_tvm.model_defs.owned_kv import (
+    DECODE_METADATA,
+    FRESH_PREFILL_METADATA,
+    PREFILL_METADATA,
+    OwnedKernels,
+    OwnedPagedAttention,
+)
+from vllm_tvm.model_defs.rope_scaling import cache_rope_frequencies
 
 
 class HeadShape(Protocol):
@@ -38,6 +48,9 @@ class PagedCausalLM(nn.Module):
     """Exported functions over a paged KV cache; subclasses define the network."""
 
     model: nn.Module
+    owned_kv_ready = False
+    """Whether this definition has run over owned KV pages (owned_kv.py) against its oracle;
+    the others keep TVM's cache on every target."""
 
     def __init__(self, config: Any, dtype: str, target: Target, attention: str = "tir") -> None:
         """`attention`: `tir` (TVM's TIR kernels) or `flashinfer` (compiler/attention.py)."""
@@ -49,6 +62,97 @@ class PagedCausalLM(nn.Module):
         """Compiled objects the KV cache's kernels live in (FlashInfer), set by export."""
         self.exports_hidden_states = False
         """Whether `prefill_hidden` is exported too (a target drafted for by EAGLE or MTP)."""
+        self.owned_kernels: OwnedKernels | None = None
+        """Set by export when the model also runs over KV pages it owns (owned_kv.py): then
+        `prefill_owned`, `decode_owned` and `decode_owned_single` are exported beside the
+        cache's functions."""
+
+    def owned_kv_refusal(self) -> str | None:
+        """Why this model cannot run over owned KV pages, None when it can: owned_kv.py's
+        kernels attend every key of the sequence at scale 1/sqrt(head_dim), one rank."""
+        cfg = self.config
+        if not self.owned_kv_ready:
+            return f"{type(self).__name__} (not yet checked over owned pages)"
+        if any(kind != "mha" for kind in self.cache_layers()["attn_kind"]):
+            return "layers other than full attention"
+        if getattr(cfg, "attn_logit_softcapping", None) is not None:
+            return "attention logit soft-capping"
+        if abs(getattr(cfg, "attention_scale", cfg.head_dim**-0.5) - cfg.head_dim**-0.5) > 0:
+            return "an attention scale other than 1/sqrt(head_dim)"
+        if getattr(cfg, "tensor_parallel_shards", 1) != 1:
+            return "tensor parallelism"
+        return None
+
+    def _owned_attention(self, pages: Any, metadata: dict[str, Tensor]) -> OwnedPagedAttention:
+        """The cache stand-in of an owned-page forward, rotating as the cache would."""
+        if self.owned_kernels is None:
+            raise ValueError("the model was exported without owned-KV kernels")
+        rope = self.cache_rope()
+        rotary = None
+        if rope["rope_mode"] != RopeMode.NONE:  # NONE: the model rotates every layer itself
+            rope_type = rope["rope_scaling"].get("rope_type", "default")
+            params = rope["rope_scaling"]
+            if rope["rope_scale"] != 1.0:  # linear: the cache scales positions
+                rope_type, params = "linear", {"factor": 1.0 / rope["rope_scale"]}
+            rotary = cache_rope_frequencies(
+                rope_type, params, rope["rope_theta"], rope["rotary_dim"]
+            )
+        _, kv_heads = self.cache_heads()
+        return OwnedPagedAttention(self.owned_kernels, list(pages), metadata, rotary, kv_heads)
+
+    def prefill_owned(
+        self,
+        input_embed: Tensor,
+        logit_positions: Tensor,
+        q_indptr: Tensor,
+        page_indptr: Tensor,
+        page_values: Tensor,
+        last_page_len: Tensor,
+        positions: Tensor,
+        append_slots: Tensor,
+        pages: Any,
+    ) -> Tensor:
+        """`prefill` over owned pages (PREFILL_METADATA); the pages are written in place."""
+        values = (q_indptr, page_indptr, page_values, last_page_len, positions, append_slots)
+        attention = self._owned_attention(pages, dict(zip(PREFILL_METADATA, values, strict=True)))
+        hidden = self.model(input_embed, attention)
+        return self.logits(op.take(hidden, logit_positions, axis=1))
+
+    def prefill_owned_fresh(
+        self,
+        input_embed: Tensor,
+        logit_positions: Tensor,
+        q_indptr: Tensor,
+        k_rope_offsets: Tensor,
+        positions: Tensor,
+        append_slots: Tensor,
+        pages: Any,
+    ) -> tuple[Tensor, ...]:
+        """`prefill_owned` of sequences with nothing cached (FRESH_PREFILL_METADATA):
+        the logits, then every layer's pages (the same tensors, written in place)."""
+        values = (q_indptr, k_rope_offsets, positions, append_slots)
+        metadata = dict(zip(FRESH_PREFILL_METADATA, values, strict=True))
+        attention = self._owned_attention(pages, metadata)
+        hidden = self.model(input_embed, attention)
+        return (self.logits(op.take(hidden, logit_positions, axis=1)), *attention.written)
+
+    def decode_owned(
+        self,
+        input_ids: Tensor,
+        page_indptr: Tensor,
+        page_values: Tensor,
+        last_page_len: Tensor,
+        positions: Tensor,
+        append_slots: Tensor,
+        pages: Any,
+    ) -> Tensor:
+        """One decode step over owned pages from the token ids (DECODE_METADATA): embedding
+        to fp32 logits [batch, vocab] in one function, so one CUDA graph holds it all."""
+        values = (page_indptr, page_values, last_page_len, positions, append_slots)
+        attention = self._owned_attention(pages, dict(zip(DECODE_METADATA, values, strict=True)))
+        hidden = self.embed(input_ids)
+        hidden = self.model(op.reshape(hidden, (input_ids.shape[0], 1, -1)), attention)
+        return op.reshape(self.logits(hidden), (input_ids.shape[0], -1))
 
     def embed(self, input_ids: Tensor) -> Tensor:
         """Token ids [n] -> embeddings [n, hidden]."""
@@ -138,6 +242,73 @@ class PagedCausalLM(nn.Module):
         self.kv_cache_extern_mods = list(getattr(cache, "extern_mods", []))
         return cache
 
+    def decode_owned_single(
+        self,
+        input_ids: Tensor,
+        page_indptr: Tensor,
+        page_values: Tensor,
+        last_page_len: Tensor,
+        positions: Tensor,
+        append_slots: Tensor,
+        pages: Any,
+    ) -> Tensor:
+        """`decode_owned` for exactly one sequence (static shapes, GEMV projections)."""
+        metadata = (page_indptr, page_values, last_page_len, positions, append_slots)
+        return self.decode_owned(input_ids, *metadata, pages)
+
+    def _owned_spec(self) -> dict[str, Any]:
+        """Signatures of `prefill_owned` / `decode_owned` when exported."""
+        if self.owned_kernels is None:
+            return {}
+        cfg: HeadShape = self.config
+        _, kv_heads = self.cache_heads()
+        page_size = self.owned_kernels.page_size
+        page = ["num_pages", 2, kv_heads, page_size, cfg.head_dim]
+        pages = [nn.spec.Tensor(page, self.dtype) for _ in range(cfg.num_hidden_layers)]
+        packed = {"param_mode": "packed", "effect_mode": "none"}
+
+        def ints(size: str | int) -> nn.spec.Tensor:
+            return nn.spec.Tensor([size], "int32")
+
+        def decode(rows: str | int, indptr: str | int) -> dict[str, Any]:
+            return {
+                "input_ids": ints(rows),
+                "page_indptr": ints(indptr),
+                "page_values": ints("num_page_values"),
+                "last_page_len": ints(rows),
+                "positions": ints(rows),
+                "append_slots": ints(rows),
+                "pages": pages,
+                "$": packed,
+            }
+
+        return {
+            "prefill_owned": {
+                "input_embed": nn.spec.Tensor([1, "seq_len", cfg.hidden_size], self.dtype),
+                "logit_positions": ints("num_logits"),
+                "q_indptr": ints("num_seqs_plus_one"),
+                "page_indptr": ints("num_seqs_plus_one"),
+                "page_values": ints("num_page_values"),
+                "last_page_len": ints("num_seqs"),
+                "positions": ints("seq_len"),
+                "append_slots": ints("seq_len"),
+                "pages": pages,
+                "$": packed,
+            },
+            "prefill_owned_fresh": {
+                "input_embed": nn.spec.Tensor([1, "seq_len", cfg.hidden_size], self.dtype),
+                "logit_positions": ints("num_logits"),
+                "q_indptr": ints("num_seqs_plus_one"),
+                "k_rope_offsets": ints("num_seqs"),
+                "positions": ints("seq_len"),
+                "append_slots": ints("seq_len"),
+                "pages": pages,
+                "$": packed,
+            },
+            "decode_owned": decode("batch_size", "num_parts_plus_one"),
+            "decode_owned_single": decode(1, 2),
+        }
+
     def export_spec(self) -> dict[str, Any]:
         """Signatures of the exported functions (symbolic sizes named)."""
         hidden = self.config.hidden_size
@@ -164,6 +335,7 @@ class PagedCausalLM(nn.Module):
                 "kv_cache": kv,
                 "$": packed,
             },
+            **self._owned_spec(),
             "create_kv_cache": {
                 "max_batch_size": int,
                 "max_total_seq_len": int,

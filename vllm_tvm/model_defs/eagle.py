@@ -51,6 +51,8 @@ class EagleBody(nn.Module):
 class EagleHead(LlamaForCausalLM):
     """The exported head: `embed`, `prefill`, `decode`, `create_kv_cache` (module doc)."""
 
+    owned_kv_ready = False
+
     def __init__(
         self, config: LlamaFamilyConfig, dtype: str, target: Target, attention: str = "tir"
     ) -> None:

@@ -123,6 +123,8 @@ class Gemma3MultiModalProjector(nn.Module):
 class Gemma3ForConditionalGeneration(LlamaForCausalLM):
     """The Gemma 3 decoder's contract (llama.py) plus `encode_images`."""
 
+    owned_kv_ready = False
+
     def __init__(
         self,
         config: Gemma3MultimodalConfig,

@@ -252,6 +252,8 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(PagedCausalLM):
     """The exported model: the functions of the compiled contract (causal_lm.py)."""
 
+    owned_kv_ready = True
+
     def __init__(
         self, config: LlamaFamilyConfig, dtype: str, target: Target, attention: str = "tir"
     ) -> None:

@@ -212,6 +212,8 @@ class MoEDecoderLayer(nn.Module):
 class MoEForCausalLM(LlamaForCausalLM):
     """The llama-family exported model with expert layers at `config.sparse_layers`."""
 
+    owned_kv_ready = False
+
     def __init__(
         self, config: MoEConfig, dtype: str, target: Target, attention: str = "tir"
     ) -> None:

@@ -246,3 +246,29 @@ def rope_frequencies(
     else:
         return inv_freq.astype(np.float32), 1.0
     return inv_freq.astype(np.float32), float(params["attention_factor"])
+
+
+def cache_rope_frequencies(
+    rope_type: str, params: dict[str, Any], theta: float, rotary_dim: int
+) -> tuple[np.ndarray, float]:
+    """`rope_frequencies`, and Llama 3.1's `llama3` scaling, which the KV cache rotates
+    with for the model: what a model over owned KV pages (owned_kv.py) rotates with itself
+    where the cache would have."""
+    if rope_type != "llama3":
+        return rope_frequencies(rope_type, params, theta, rotary_dim)
+    exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
+    return _llama3_frequencies(1.0 / theta**exponents, params).astype(np.float32), 1.0
+
+
+def _llama3_frequencies(inv_freq: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+    """Llama 3.1's scaling: wavelengths past `original_max_position_embeddings /
+    low_freq_factor` slowed by `factor`, those under `.. / high_freq_factor` kept, and a
+    smooth blend between (transformers' `_compute_llama3_parameters`)."""
+    factor, original = params["factor"], params["original_max_position_embeddings"]
+    low, high = params["low_freq_factor"], params["high_freq_factor"]
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = np.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    middle = (wavelength <= original / low) & (wavelength >= original / high)
+    return np.where(middle, blended, scaled)

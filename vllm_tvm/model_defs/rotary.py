@@ -70,6 +70,18 @@ def apply_rotary(
     """Rotate the q and k heads of `qkv` [b, s, heads, head_dim] at the cache's positions."""
     batch, seq_len, _, _ = qkv.shape
     positions = kv_cache.get_query_positions(batch * seq_len)
+    return rotate_at(qkv, positions, inv_freq, cos_sin_factor, rotating_heads)
+
+
+def rotate_at(
+    qkv: Tensor,
+    positions: Tensor,
+    inv_freq: np.ndarray,
+    cos_sin_factor: float,
+    rotating_heads: int,
+) -> Tensor:
+    """Rotate the first `rotating_heads` heads of `qkv` [b, s, heads, head_dim] at
+    `positions` [b * s]."""
     return op.tensor_expr_op(
         lambda x, pos, freq: _rotate(
             x, lambda token, _: pos[token], freq, rotating_heads, cos_sin_factor

@@ -20,10 +20,10 @@ may hold):
 
 | part | length | meaning |
 |---|---|---|
+| `positions` | rows * S | the row's new token's position, for each of its parts (RoPE) |
 | `page_indptr` | rows * S + 1 | CSR offsets of each part's pages in `page_values` |
 | `page_values` | rows * P | the pages of every row, row after row (unused tail zero) |
 | `last_page_len` | rows * S | tokens in each part's last page (full, but in a row's last part) |
-| `positions` | rows * S | the row's new token's position, for each of its parts (RoPE) |
 | `append_slots` | rows | where the new token's K/V go: page * page_size + offset |
 
 A part with no pages (padding rows up to the bucket, chunks past a short row's end) makes
@@ -57,24 +57,26 @@ class DecodeStepLayout:
         return self.rows * self.splits
 
     @property
+    def positions(self) -> tuple[int, int]:
+        """First, so its view starts the buffer: the model's rotary kernel (a TE kernel)
+        takes no tensor with a byte offset."""
+        return 0, self.parts
+
+    @property
     def page_indptr(self) -> tuple[int, int]:
-        return 0, self.parts + 1
+        return self._after(self.positions), self.parts + 1
 
     @property
     def page_values(self) -> tuple[int, int]:
-        return self.parts + 1, self.rows * self.pages_per_row
+        return self._after(self.page_indptr), self.rows * self.pages_per_row
 
     @property
     def last_page_len(self) -> tuple[int, int]:
         return self._after(self.page_values), self.parts
 
     @property
-    def positions(self) -> tuple[int, int]:
-        return self._after(self.last_page_len), self.parts
-
-    @property
     def append_slots(self) -> tuple[int, int]:
-        return self._after(self.positions), self.rows
+        return self._after(self.last_page_len), self.rows
 
     @property
     def size(self) -> int:

@@ -19,11 +19,20 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, read_manifest
+from vllm_tvm.artifacts.owned_kv import (
+    OWNED_DECODE,
+    OWNED_DECODE_SINGLE,
+    OWNED_KV_ENV,
+    OWNED_PREFILL,
+    OWNED_PREFILL_FRESH,
+    owned_kv_setting,
+)
 from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
 from vllm_tvm.extensions import load_artifact_extensions
 from vllm_tvm.runtime.devices import DEVICES
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, PagedKVCache
+from vllm_tvm.runtime.kv.owned_kv_cache import OwnedKVCache
 from vllm_tvm.runtime.model.artifact_fit import check_runs_on
 from vllm_tvm.runtime.model.cpu_threads import (
     configure_cpu_pool,
@@ -122,17 +131,28 @@ class ModelRunner(Runner):
         self._settle_sizes(
             max_model_len, max_batch_size, prefill_chunk_size, page_size, max_total_seq_len
         )
+        self._tvm = tvm
         self.kv_cache = self._new_kv_cache()
         self._embed = self.vm["embed"]
         self._functions: dict[str, Any] = {}
         self._argmax = self.vm["argmax"] if self.spec.device_sampling else None
         self._sample = self.vm["sample"] if self.spec.device_sampling else None
-        self._tvm = tvm
         # Device copies of the current forward's host inputs (see `forward_input`).
         self._held_inputs: list[Any] = []
 
-    def _new_kv_cache(self) -> PagedKVCache:
-        return PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
+    def _new_kv_cache(self) -> PagedKVCache | OwnedKVCache:
+        """Pages the runner owns when the artifact exports `decode_owned` (unless
+        `OWNED_KV_ENV` is "0"), else TVM's cache."""
+        if OWNED_DECODE not in self.manifest.functions or owned_kv_setting() == "0":
+            return PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
+        return OwnedKVCache(
+            self.kv_config,
+            self.manifest.model_config,
+            self.manifest.dtype,
+            self.max_model_len,
+            lambda shape, dtype: self._tvm.runtime.empty(shape, dtype, self.device),
+            self.to_device,
+        )
 
     def _function(self, name: str) -> Any:
         """The compiled function `name`, looked up once."""
@@ -256,6 +276,9 @@ class ModelRunner(Runner):
             inputs += [self.forward_input(bias), self.forward_input(typed_rows)]
         if name == DECODE and len(flat) == 1 and input_hidden is None and self.spec.decode_single:
             name = "decode_single"
+        if isinstance(self.kv_cache, OwnedKVCache):
+            logits = self._owned_prefill(name, seq_ids, lengths, inputs)
+            return self._device_logits(logits, len(positions)), None, positions
         starts = None if mode == DECODE else [0, *itertools.accumulate(lengths)]
         states = self._state_inputs(recurrent_slots, starts)
         self.kv_cache.begin_forward(seq_ids, lengths)
@@ -270,6 +293,41 @@ class ModelRunner(Runner):
         if hidden is not None:
             hidden = hidden.reshape(-1, hidden.shape[-1])
         return self._device_logits(logits, len(positions)), hidden, positions
+
+    def _owned_prefill(
+        self, name: str, seq_ids: Sequence[int], lengths: Sequence[int], inputs: list[Any]
+    ) -> Any:
+        """`prefill_owned` of the ragged batch (its embeddings and logit positions in
+        `inputs`); the pages are written in place."""
+        assert isinstance(self.kv_cache, OwnedKVCache)
+        if name != "prefill":
+            raise ArtifactError(
+                f"the compiled {name!r} runs over TVM's KV cache, and this runner owns its "
+                f"KV pages; {OWNED_KV_ENV}=0 runs every forward over TVM's cache"
+            )
+        self.kv_cache.begin_forward(seq_ids, lengths)
+        served = OWNED_PREFILL_FRESH in self.manifest.functions
+        fresh, metadata = self.kv_cache.prefill_arguments(served)
+        self._held_inputs.extend(metadata)
+        call = self._function(OWNED_PREFILL_FRESH if fresh else OWNED_PREFILL)
+        outputs = call(*inputs, *metadata, self.kv_cache.pages, self.params)
+        self.kv_cache.end_forward()
+        return outputs[0] if fresh else outputs  # a fresh prefill returns the pages too
+
+    def _owned_decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
+        """One `decode_owned` step, padded to its bucket: ids 0 and no pages in the padding
+        rows, whose logits are never read."""
+        assert isinstance(self.kv_cache, OwnedKVCache)
+        self._held_inputs.clear()
+        self.kv_cache.begin_forward(seq_ids, [1] * len(seq_ids))
+        rows, metadata = self.kv_cache.decode_arguments()
+        ids = np.zeros(rows, np.int32)
+        ids[: len(token_ids)] = token_ids
+        single = rows == 1 and OWNED_DECODE_SINGLE in self.manifest.functions
+        call = self._function(OWNED_DECODE_SINGLE if single else OWNED_DECODE)
+        logits = call(self.forward_input(ids), *metadata, self.kv_cache.pages, self.params)
+        self.kv_cache.end_forward()
+        return self._device_logits(logits, len(seq_ids))
 
     def _state_inputs(
         self, recurrent_slots: Sequence[int] | None, seq_starts: list[int] | None
@@ -342,6 +400,8 @@ class ModelRunner(Runner):
         token_ids: Sequence[int],
         recurrent_slots: Sequence[int] | None = None,
     ) -> DeviceLogits:
+        if isinstance(self.kv_cache, OwnedKVCache):
+            return self._owned_decode(seq_ids, token_ids)
         batch = len(seq_ids)
         hidden = self.embed_tokens(token_ids)._create_view((batch, 1, self.hidden_size))
         states = self._state_inputs(recurrent_slots, None)

@@ -1,0 +1,200 @@
+"""The model's forwards over KV pages the runtime owns (`prefill_owned` / `decode_owned`):
+the page table and metadata on their own, greedy tokens against transformers and against
+TVM's cache on the same artifact (CPU), and the CUDA decode step lowered to one captured
+graph (no GPU needed).
+
+The CPU artifact is the tiny Llama built with `VLLM_TVM_OWNED_KV=1`; the runner calls the
+owned functions when the artifact has them, and TVM's cache with the switch at "0".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tiny_models import TINY_MODELS, load_oracle, make_tiny_model
+
+from vllm_tvm.artifacts.compile_options import CompileOptions
+from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_KV_ENV
+from vllm_tvm.compiler.build import make_request
+from vllm_tvm.compiler.export import export_model
+from vllm_tvm.compiler.pipeline import lowering_pipeline
+from vllm_tvm.entrypoints.llm import LLM
+from vllm_tvm.model_defs.rope_scaling import cache_rope_frequencies
+from vllm_tvm.runtime.kv.owned_kv_cache import OwnedKVCache, decode_bucket, prefill_metadata
+from vllm_tvm.runtime.kv.owned_pages import OwnedPageTable
+from vllm_tvm.runtime.sampling.params import SamplingParams
+
+PAGE = 16
+PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Beautiful is better than ugly."]
+NEW_TOKENS = 24
+
+
+@contextmanager
+def _owned_kv(setting: str) -> Iterator[None]:
+    previous = os.environ.get(OWNED_KV_ENV)
+    os.environ[OWNED_KV_ENV] = setting
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[OWNED_KV_ENV]
+        else:
+            os.environ[OWNED_KV_ENV] = previous
+
+
+def test_page_table_shares_forked_pages_and_frees_them_last() -> None:
+    table = OwnedPageTable(num_pages=4, page_size=PAGE)
+    table.add_sequence(0)
+    table.grow([0], [2 * PAGE])
+    table.fork_sequence(0, 1, PAGE)
+    assert table.pages(1) == table.pages(0)[:1]
+    table.grow([1], [1])
+    assert table.pages(1)[1] not in table.pages(0) and table.available_pages() == 1
+    table.remove_sequence(0)
+    assert table.available_pages() == 2, "the shared first page stays with the child"
+    table.popn(1, PAGE + 1)
+    assert table.pages(1) == [] and table.available_pages() == 4
+
+
+def test_page_table_refuses_appending_into_a_shared_page_and_an_empty_pool() -> None:
+    table = OwnedPageTable(num_pages=2, page_size=PAGE)
+    table.add_sequence(0)
+    table.grow([0], [5])
+    table.fork_sequence(0, 1)
+    with pytest.raises(ValueError, match="another sequence shares"):
+        table.grow([1], [1])
+    table.add_sequence(2)
+    with pytest.raises(MemoryError, match="needs 2 KV pages; 1 are free"):
+        table.grow([2], [2 * PAGE])
+    assert table.sequence_length(2) == 0, "a refused forward changes nothing"
+
+
+def test_prefill_metadata_of_a_chunk_after_cached_tokens() -> None:
+    arrays = prefill_metadata([[7, 3], [5]], cached=[15, 0], new=[2, 3], page_size=PAGE)
+    q_indptr, page_indptr, values, last, positions, slots = (a.tolist() for a in arrays)
+    assert (q_indptr, page_indptr, values, last) == ([0, 2, 5], [0, 2, 3], [7, 3, 5], [1, 3])
+    assert positions == [15, 16, 0, 1, 2]
+    assert slots == [7 * PAGE + 15, 3 * PAGE, 5 * PAGE, 5 * PAGE + 1, 5 * PAGE + 2]
+
+
+def test_llama3_frequencies_equal_transformers() -> None:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}
+    scaling |= {"high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    config = LlamaConfig(head_dim=128, rope_theta=500000.0, rope_scaling=scaling)
+    theirs, factor = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    ours, our_factor = cache_rope_frequencies("llama3", scaling, 500000.0, 128)
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-6)
+    assert our_factor == factor == 1.0
+
+
+def test_decode_buckets_pad_up_and_refuse_past_the_largest() -> None:
+    assert [decode_bucket(b) for b in (1, 3, 5, 9, 256)] == [1, 4, 8, 16, 256]
+    with pytest.raises(ValueError, match="serve 1 to 256"):
+        decode_bucket(257)
+
+
+@pytest.fixture(scope="module")
+def owned_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of its own (the tiny Llama's): an engine resolves a model's artifact once
+    a process, so the owned build must not be the one other modules' engines get."""
+    return make_tiny_model(TINY_MODELS["llama"], tmp_path_factory.mktemp("owned_llama"))
+
+
+@pytest.fixture(scope="module")
+def owned_llm(owned_model: Path) -> LLM:
+    with _owned_kv("1"):
+        return LLM(owned_model, device="cpu", show_progress=False)
+
+
+def _greedy(llm: LLM) -> list[list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    return [out.outputs[0].token_ids for out in llm.generate(PROMPTS, params)]
+
+
+def test_owned_greedy_tokens_equal_transformers(owned_llm: LLM, owned_model: Path) -> None:
+    assert isinstance(owned_llm.runner.kv_cache, OwnedKVCache)
+    oracle = load_oracle(owned_model)
+    oracle.generation_config.eos_token_id = None
+    oracle.generation_config.pad_token_id = 0
+    for prompt, tokens in zip(PROMPTS, _greedy(owned_llm), strict=True):
+        ids = owned_llm.tokenizer.encode(prompt)
+        with torch.no_grad():
+            out = oracle.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)
+        assert tokens == out[0, len(ids) :].tolist()
+
+
+def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, owned_model: Path) -> None:
+    """A prompt in two chunks: the first a fresh prefill (`prefill_owned_fresh`), the
+    second over the first's pages (`prefill_owned`, a chunk starting inside a page)."""
+    runner = owned_llm.runner
+    ids = owned_llm.tokenizer.encode(PROMPTS[2]) * 2
+    runner.kv_cache.add_sequence(9)
+    try:
+        runner.prefill_logits([9], [ids[:5]])
+        logits = runner.prefill_logits([9], [ids[5:]]).numpy()
+    finally:
+        runner.kv_cache.remove_sequence(9)
+    with torch.no_grad():
+        expected = load_oracle(owned_model)(torch.tensor([ids])).logits[0, -1]
+    assert np.abs(logits[-1] - expected.numpy()).max() <= 1e-4
+
+
+def test_owned_decode_logits_equal_the_cache_path(owned_llm: LLM, owned_model: Path) -> None:
+    """The same artifact through TVM's cache (switch "0" at run time): decode logits of a
+    batch of three (padded to the bucket of four) within fp32 rounding of the owned path's."""
+    with _owned_kv("0"):
+        cache_llm = LLM(owned_model, device="cpu", show_progress=False)
+    assert not isinstance(cache_llm.runner.kv_cache, OwnedKVCache)
+    logits = []
+    for llm in (owned_llm, cache_llm):
+        runner = llm.runner
+        prompts = [llm.tokenizer.encode(p) for p in PROMPTS[:3]]
+        for seq_id in range(3):
+            runner.kv_cache.add_sequence(seq_id)
+        try:
+            runner.prefill_logits([0, 1, 2], prompts)
+            logits.append(runner.decode_logits([0, 1, 2], [5, 6, 7]).numpy())
+        finally:
+            for seq_id in range(3):
+                runner.kv_cache.remove_sequence(seq_id)
+    np.testing.assert_allclose(logits[0], logits[1], rtol=0, atol=2e-5)
+
+
+def test_cuda_decode_step_is_one_captured_graph(tiny_model_dir) -> None:
+    """Everything after the embedding's gather (which reads the step's token ids) runs in
+    the one captured region: every layer's append and attention, the GEMMs, the final norm
+    and the lm head."""
+    options = CompileOptions(model=str(tiny_model_dir("llama")), target="cuda", dtype="bfloat16")
+    with _owned_kv("1"):
+        request = make_request(options)
+        mod = export_model(request).mod
+    target = request.target.make_target()
+    with target, tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+        lowered = lowering_pipeline(target)(mod)
+    capture = f"{OWNED_DECODE}_cuda_graph_capture"
+    assert capture in [gv.name_hint for gv in lowered.functions]
+    step, graph = lowered[OWNED_DECODE].script(), lowered[capture].script()
+    assert step.count("vm.builtin.cuda_graph.run_or_capture") == 1
+    layers = 2
+    for kernel in ("device_decode_kv_append(", "device_decode_attention("):
+        assert (step.count(kernel), graph.count(kernel)) == (0, layers)
+    assert "take(" in step and "take(" not in graph
+
+
+def test_a_definition_not_checked_over_owned_pages_keeps_the_cache(tiny_model_dir) -> None:
+    """GPT-2 (learned positions): a CUDA build not asked for owned pages exports the
+    cache's functions alone; forcing owned pages is refused by name."""
+    options = CompileOptions(model=str(tiny_model_dir("gpt2_tied")), target="cuda")
+    assert OWNED_DECODE not in export_model(make_request(options)).manifest.functions
+    with _owned_kv("1"), pytest.raises(ValueError, match="do not serve LearnedPosition"):
+        export_model(make_request(options))

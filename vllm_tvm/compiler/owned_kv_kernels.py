@@ -1,0 +1,132 @@
+"""The kernels a model's owned-page functions call (model_defs/owned_kv.py), and the choice
+of whether a build exports those functions.
+
+Why here: the model definition may not import kernels (the layering test), so the compiler
+makes them for the model's shape and target and hands them in before export: TVM's append
+kernel and our decode kernel (compiler/device_decode_attention.py's pair), and TVM's TIR
+paged and ragged prefill kernels, all specialised to RoPE off and 1/sqrt(head_dim). The
+decode kernel is ours on CUDA; on CPUs TVM's, which takes the positions twice more (its
+RoPE offsets, unused): our kernel's CPU form, exact on its own, gave wrong attention inside
+a model's module on llvm (not yet understood), so the CPU path keeps TVM's.
+
+The choice: on CUDA targets a model that can run over owned pages exports them unless
+`OWNED_KV_ENV` (artifacts/owned_kv.py) is "0"; "1" exports them on any target (the CPU
+tests check the same functions against transformers). `decode_owned` is then marked for
+`RewriteCUDAGraph` (`mark_owned_decode`).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+from tvm.relax.frontend.nn.llm._prefill_kernels import (
+    _attention_prefill,
+    _attention_prefill_cpu,
+    _attention_prefill_ragged,
+    _attention_prefill_ragged_cpu,
+)
+
+from vllm_tvm.artifacts.owned_kv import (
+    OWNED_DECODE,
+    OWNED_DECODE_MAX_BATCH,
+    OWNED_DECODE_SINGLE,
+    OWNED_KV_ENV,
+    owned_kv_setting,
+)
+from vllm_tvm.compiler.device_decode_attention import (
+    OWN_KERNEL,
+    TVM_KERNEL,
+    DecodeAttentionShape,
+    decode_attention_kernels,
+)
+from vllm_tvm.model_defs.causal_lm import PagedCausalLM
+from vllm_tvm.model_defs.owned_kv import OwnedKernels
+
+PREFILL_KERNEL = "owned_prefill_paged_kv"
+RAGGED_KERNEL = "owned_prefill_ragged_kv"
+"""Own symbols: TVM's cache adds `batch_prefill_paged_kv` / `batch_prefill_ragged_kv` to
+the same library."""
+PAGE_SIZE = 16
+_CAUSAL, _ROTARY_OFF, _ROPE_UNUSED = 1, 0, 1.0
+_OPAQUE = 8
+"""relax's OpPatternKind kOpaque."""
+
+
+def owned_kv_wanted() -> bool:
+    """Whether a build exports the owned-page functions (`OWNED_KV_ENV`): only when asked.
+    Not yet by default on CUDA: its prefill runs TVM's TIR kernels, not FlashInfer's, and
+    mixed steps at b256 run slower than the cache path (measured on the H200,
+    docs/BENCHMARKS.md)."""
+    return owned_kv_setting() == "1"
+
+
+def attach_owned_kernels(model: PagedCausalLM, target: tvm.target.Target) -> None:
+    """Give `model` its owned-page kernels when it is wanted and able; a model that cannot
+    is left on the cache alone when the target's default asked, refused by name when
+    `OWNED_KV_ENV` forced it."""
+    if not owned_kv_wanted():
+        return
+    refusal = model.owned_kv_refusal()
+    if refusal is not None:
+        if owned_kv_setting() == "1":
+            raise ValueError(f"{OWNED_KV_ENV}=1: owned KV pages do not serve {refusal}")
+        return
+    q_heads, kv_heads = model.cache_heads()
+    shape = DecodeAttentionShape(q_heads, kv_heads, model.config.head_dim, model.dtype, PAGE_SIZE)
+    kernel = OWN_KERNEL if target.kind.name == "cuda" else TVM_KERNEL
+    append, decode = decode_attention_kernels(shape, target, kernel)
+    kernels = (append, decode, _prefill_kernel(shape, target), _ragged_kernel(shape, target))
+    model.owned_kernels = OwnedKernels(*(_opaque(kernel) for kernel in kernels), PAGE_SIZE)
+
+
+def _opaque(kernel: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`kernel` kept whole by FuseOps: fused with the elementwise ops after it (as its
+    analysis would allow the decode kernel), its shared scratch buffers broke the result."""
+    return kernel.with_attr("op_pattern", _OPAQUE)
+
+
+def _prefill_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
+    arguments = (shape.num_kv_heads, shape.num_q_heads, shape.head_dim, shape.dtype, False, {})
+    if target.kind.name == "llvm":
+        prefill = _attention_prefill_cpu(*arguments, page_size=shape.page_size)
+    else:
+        prefill = _attention_prefill(*arguments, target, page_size=shape.page_size)
+    return _causal_without_rope(prefill, shape).with_attr("global_symbol", PREFILL_KERNEL)
+
+
+def _ragged_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
+    heads = (shape.num_kv_heads, shape.num_q_heads, shape.head_dim, shape.head_dim)
+    if target.kind.name == "llvm":
+        ragged = _attention_prefill_ragged_cpu(*heads, shape.dtype, {})
+    else:
+        ragged = _attention_prefill_ragged(*heads, shape.dtype, {}, target)
+    return _causal_without_rope(ragged, shape).with_attr("global_symbol", RAGGED_KERNEL)
+
+
+def _causal_without_rope(kernel: tirx.PrimFunc, shape: DecodeAttentionShape) -> tirx.PrimFunc:
+    """A TVM prefill kernel with its trailing scalars bound: causal, RoPE off, our scale."""
+    causal, rotary_mode, rope_scale, rope_theta, sm_scale = kernel.params[-5:]
+    return kernel.specialize(
+        {
+            causal: tirx.IntImm("int32", _CAUSAL),
+            rotary_mode: tirx.IntImm("int32", _ROTARY_OFF),
+            rope_scale: tirx.FloatImm("float32", _ROPE_UNUSED),
+            rope_theta: tirx.FloatImm("float32", _ROPE_UNUSED),
+            sm_scale: tirx.FloatImm("float32", shape.head_dim**-0.5),
+        }
+    )
+
+
+def mark_owned_decode(mod: tvm.IRModule) -> tvm.IRModule:
+    """`decode_owned` and `decode_owned_single` with one dynamic input (the token ids) for
+    `RewriteCUDAGraph`: the metadata, pages and weights after it are the same tensors on
+    every call of a bucket (runtime/kv/owned_kv_cache.py keeps them), and the batched
+    step's buffers planned for `OWNED_DECODE_MAX_BATCH` rows, so each batch size is
+    captured once and replayed."""
+    if OWNED_DECODE not in [gv.name_hint for gv in mod.functions]:
+        return mod
+    function = mod[OWNED_DECODE].with_attr("num_input", 1)
+    function = function.with_attr("tir_var_upper_bound", {"batch_size": OWNED_DECODE_MAX_BATCH})
+    mod[OWNED_DECODE] = function
+    mod[OWNED_DECODE_SINGLE] = mod[OWNED_DECODE_SINGLE].with_attr("num_input", 1)
+    return mod

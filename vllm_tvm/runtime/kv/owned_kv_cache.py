@@ -1,0 +1,159 @@
+"""The KV cache of an artifact that runs over pages the runtime owns (`prefill_owned` /
+`decode_owned`, model_defs/owned_kv.py), in place of TVM's `PagedKVCache`.
+
+Why: a decode step over TVM's cache is planned on the host every step into buffers whose
+offsets move, so it cannot be replayed as one CUDA graph. Here every layer's pages are one
+device tensor allocated once; owned_pages.py hands pages to sequences; and a decode step's
+metadata goes, padded to its batch-size bucket, into that bucket's fixed device buffer
+(decode_step_buffers.py) with one queued copy, so the graph captured for the bucket on its
+first step replays on every later one. A prefill's metadata is plain per-call tensors: the
+prefill is not captured.
+
+The sequence operations are `PagedKVCache`'s (block_manager.py drives either).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from vllm_tvm.artifacts.owned_kv import OWNED_DECODE_MAX_BATCH
+from vllm_tvm.runtime.kv.decode_step_buffers import DecodeStepBuffers
+from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig
+from vllm_tvm.runtime.kv.owned_pages import OwnedPageTable
+
+DECODE_BUCKETS = (1, 2, 4, *range(8, OWNED_DECODE_MAX_BATCH + 1, 8))
+"""The batch sizes a decode step is padded to (vLLM's CUDA-graph capture sizes): one
+captured graph and one metadata buffer each."""
+
+
+def decode_bucket(batch: int) -> int:
+    """The smallest bucket holding `batch` rows."""
+    if not 1 <= batch <= DECODE_BUCKETS[-1]:
+        raise ValueError(
+            f"a decode step of {batch} sequences; owned KV pages serve 1 to {DECODE_BUCKETS[-1]}"
+        )
+    return DECODE_BUCKETS[bisect.bisect_left(DECODE_BUCKETS, batch)]
+
+
+def prefill_metadata(
+    tables: Sequence[Sequence[int]],
+    cached: Sequence[int],
+    new: Sequence[int],
+    page_size: int,
+) -> list[np.ndarray]:
+    """PREFILL_METADATA (model_defs/owned_kv.py) for sequences holding `cached` tokens that
+    get `new` more, their pages `tables` (covering both): q_indptr, page_indptr,
+    page_values, last_page_len, then each new token's position and append slot."""
+    totals = np.asarray(cached, np.int64) + np.asarray(new, np.int64)
+    pages = -(-totals // page_size)
+    flat = [page for table, count in zip(tables, pages, strict=True) for page in table[:count]]
+    positions = np.concatenate(
+        [np.arange(c, c + n) for c, n in zip(cached, new, strict=True)]
+    ).astype(np.int64)
+    owners = np.repeat(np.arange(len(new)), new)
+    slot_pages = np.asarray(
+        [tables[o][p // page_size] for o, p in zip(owners, positions, strict=True)]
+    )
+    arrays = [
+        np.concatenate([[0], np.cumsum(new)]),
+        np.concatenate([[0], np.cumsum(pages)]),
+        np.asarray(flat),
+        totals - (pages - 1) * page_size,
+        positions,
+        slot_pages * page_size + positions % page_size,
+    ]
+    return [np.ascontiguousarray(array, np.int32) for array in arrays]
+
+
+class OwnedKVCache:
+    """Every layer's KV pages, the page table, and the decode buckets' metadata buffers."""
+
+    def __init__(
+        self,
+        config: KVCacheConfig,
+        model_config: dict[str, Any],
+        dtype: str,
+        max_model_len: int,
+        empty: Callable[[tuple[int, ...], str], Any],
+        to_device: Callable[[np.ndarray], Any],
+    ) -> None:
+        """`empty(shape, dtype)`: an uninitialised device tensor (pages are read only where
+        written); `to_device(array)`: a device copy."""
+        self.config = config
+        page = config.page_size
+        num_pages = -(-config.max_total_seq_len // page)
+        shape = (num_pages, 2, model_config["num_key_value_heads"], page, model_config["head_dim"])
+        self.pages = [empty(shape, dtype) for _ in range(model_config["num_hidden_layers"])]
+        self.table = OwnedPageTable(num_pages, page)
+        self._pages_per_row = -(-max_model_len // page)
+        self._to_device = to_device
+        self._buckets: dict[int, DecodeStepBuffers] = {}
+        self._forward: tuple[list[int], list[int], list[int]] | None = None
+
+    def add_sequence(self, seq_id: int) -> None:
+        self.table.add_sequence(seq_id)
+
+    def remove_sequence(self, seq_id: int) -> None:
+        self.table.remove_sequence(seq_id)
+
+    def fork_sequence(self, parent_id: int, child_id: int, fork_pos: int = -1) -> None:
+        self.table.fork_sequence(parent_id, child_id, fork_pos)
+
+    def popn(self, seq_id: int, count: int) -> None:
+        self.table.popn(seq_id, count)
+
+    def clear(self) -> None:
+        self.table.clear()
+
+    def available_pages(self) -> int:
+        return self.table.available_pages()
+
+    def sequence_length(self, seq_id: int) -> int:
+        return self.table.sequence_length(seq_id)
+
+    def begin_forward(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> None:
+        """Give the sequences the pages for this forward's `lengths` new tokens."""
+        cached = [self.table.sequence_length(seq_id) for seq_id in seq_ids]
+        self.table.grow(seq_ids, lengths)
+        self._forward = (list(seq_ids), cached, list(lengths))
+
+    def end_forward(self) -> None:
+        self._forward = None
+
+    def _current(self) -> tuple[list[int], list[int], list[int]]:
+        if self._forward is None:
+            raise RuntimeError("owned KV metadata asked for outside a forward")
+        return self._forward
+
+    def prefill_arguments(self, fresh_served: bool) -> tuple[bool, list[Any]]:
+        """Whether the current forward runs as a fresh prefill (its sequences had nothing
+        cached and `fresh_served`: the artifact has the function), and its metadata on the
+        device: FRESH_PREFILL_METADATA then, else PREFILL_METADATA."""
+        seq_ids, cached, new = self._current()
+        tables = [self.table.pages(seq_id) for seq_id in seq_ids]
+        arrays = prefill_metadata(tables, cached, new, self.config.page_size)
+        fresh = fresh_served and not any(cached)
+        if fresh:
+            q_indptr, _, _, _, positions, slots = arrays
+            arrays = [q_indptr, np.zeros(len(seq_ids), np.int32), positions, slots]
+        return fresh, [self._to_device(array) for array in arrays]
+
+    def decode_arguments(self) -> tuple[int, list[Any]]:
+        """The current one-token forward's bucket and its DECODE_METADATA, copied into the
+        bucket's fixed buffer (the same tensors on every step of that bucket)."""
+        seq_ids, cached, new = self._current()
+        if any(count != 1 for count in new):
+            raise ValueError(f"a decode step appends one token a sequence; got {new}")
+        rows = decode_bucket(len(seq_ids))
+        if rows not in self._buckets:
+            self._buckets[rows] = DecodeStepBuffers(
+                rows, self._pages_per_row, self.config.page_size, self._to_device
+            )
+        buffers = self._buckets[rows]
+        tables = [self.table.pages(seq_id) for seq_id in seq_ids]
+        buffers.update(tables, [length + 1 for length in cached])
+        return rows, buffers.kernel_arguments()
