@@ -62,6 +62,26 @@ def tiny_qwen2_5_vlm(tmp_path_factory: pytest.TempPathFactory):
     return qwen2_5_vlm_checkpoint(tmp_path_factory.mktemp("qwen2_5_vlm"))
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen2_5_vlm_oracle(tiny_qwen2_5_vlm):
+    """transformers' Qwen2_5_VLForConditionalGeneration on the tiny checkpoint (fp32, never
+    stopping at an end-of-sequence token), loaded once per run."""
+    import transformers
+    from tiny_vlm import greedy_oracle
+
+    return greedy_oracle(transformers.Qwen2_5_VLForConditionalGeneration, tiny_qwen2_5_vlm.path)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_5_vlm_processor(tiny_qwen2_5_vlm):
+    """transformers' own (PIL-backend) Qwen2-VL image processor of the tiny checkpoint."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    return Qwen2VLImageProcessorPil.from_pretrained(tiny_qwen2_5_vlm.path)
+
+
 @pytest.fixture
 def make_llm(tiny_model_dir) -> Iterator[Callable[..., Any]]:
     """Factory of tiny-model LLMs (`make_llm("qwen3_qknorm", num_blocks=8)`); after the test

@@ -15,7 +15,7 @@ import pytest
 import torch
 from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
 from PIL import Image
-from tiny_vlm import greedy_oracle
+from qwen2_5_vl_helpers import hf_inputs, oracle_greedy
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.model.batch import forward_images
@@ -39,19 +39,13 @@ def llm(checkpoint) -> LLM:
 
 
 @pytest.fixture(scope="module")
-def oracle(checkpoint):
-    import transformers
-
-    return greedy_oracle(transformers.Qwen2_5_VLForConditionalGeneration, checkpoint.path)
+def oracle(tiny_qwen2_5_vlm_oracle):
+    return tiny_qwen2_5_vlm_oracle
 
 
 @pytest.fixture(scope="module")
-def hf_processor(checkpoint):
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
-
-    return Qwen2VLImageProcessorPil.from_pretrained(checkpoint.path)
+def hf_processor(tiny_qwen2_5_vlm_processor):
+    return tiny_qwen2_5_vlm_processor
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +70,6 @@ def prompts(checkpoint, llm: LLM) -> list[tuple[list[int], list[DecodedImage]]]:
             [random_image(20, 100, 4), random_image(90, 60, 5), random_image(30, 30, 6)],
         ),
     ]
-
-
-def _hf_inputs(hf_processor, checkpoint, expanded_ids: list[int], images) -> dict:
-    processed = hf_processor([image.pixels for image in images], return_tensors="pt")
-    ids = torch.tensor([expanded_ids])
-    return {
-        "input_ids": ids,
-        "pixel_values": processed["pixel_values"],
-        "image_grid_thw": processed["image_grid_thw"],
-        "mm_token_type_ids": (ids == checkpoint.image_token_id).int(),
-        "attention_mask": torch.ones_like(ids),
-    }
 
 
 def test_encoder_output_equals_transformers(llm: LLM, oracle, hf_processor, prompts) -> None:
@@ -116,7 +98,7 @@ def test_rope_positions_equal_transformers(llm: LLM, oracle, hf_processor, check
     for ids, images in prompts:
         request = llm.engine.make_request(ids, GREEDY, images=images)
         ours = request.seqs[0].images
-        inputs = _hf_inputs(hf_processor, checkpoint, request.prompt_token_ids, images)
+        inputs = hf_inputs(hf_processor, checkpoint, request.prompt_token_ids, images)
         positions, delta = oracle.model.get_rope_index(
             inputs["input_ids"],
             mm_token_type_ids=inputs["mm_token_type_ids"],
@@ -136,20 +118,9 @@ def test_greedy_tokens_with_images_equal_transformers(
     for ids, images in prompts:
         request_id = llm.engine.add_request(None, ids, params, images=images)
         ours = run_to_completion(llm)[request_id].outputs[0]
-        inputs = _hf_inputs(hf_processor, checkpoint, list(_run_prompt(llm, ids, images)), images)
-        oracle.model.rope_deltas = None  # transformers keeps the last call's
-        with torch.no_grad():
-            out = oracle.generate(
-                **inputs,
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                output_logits=True,
-                return_dict_in_generate=True,
-            )
-        expected = out.sequences[0, inputs["input_ids"].shape[1] :].tolist()
+        inputs = hf_inputs(hf_processor, checkpoint, list(_run_prompt(llm, ids, images)), images)
+        expected, expected_logprobs = oracle_greedy(oracle, inputs, NEW_TOKENS)
         assert ours.token_ids == expected
-        steps = torch.log_softmax(torch.cat(out.logits), dim=-1)
-        expected_logprobs = steps[torch.arange(NEW_TOKENS), torch.tensor(expected)].numpy()
         logprobs = [entry.logprob for entry in ours.logprobs]
         np.testing.assert_allclose(logprobs, expected_logprobs, atol=1e-4, rtol=0)
     assert_all_blocks_free(llm)
@@ -179,7 +150,7 @@ def test_prefill_logits_with_images_equal_transformers(
             ).numpy()
         finally:
             llm.runner.kv_cache.remove_sequence(seq_id)
-        inputs = _hf_inputs(hf_processor, checkpoint, expanded, images)
+        inputs = hf_inputs(hf_processor, checkpoint, expanded, images)
         with torch.no_grad():
             expected = oracle(**inputs).logits[0]
         np.testing.assert_allclose(ours, expected.numpy(), atol=1e-4, rtol=0)
@@ -257,7 +228,7 @@ def test_llm_chat_with_images_equals_transformers(
     oracle.model.rope_deltas = None
     with torch.no_grad():
         out = oracle.generate(
-            **_hf_inputs(hf_processor, checkpoint, expanded, images),
+            **hf_inputs(hf_processor, checkpoint, expanded, images),
             max_new_tokens=NEW_TOKENS,
             do_sample=False,
         )
@@ -270,7 +241,7 @@ def test_runtime_spec_records_the_patch_layout(llm: LLM, checkpoint) -> None:
     assert vision.patch_merge is not None and vision.patch_merge.spatial_merge_size == 2
     assert vision.image_token_id == checkpoint.image_token_id
     assert vision.begin_image_token_id == checkpoint.vision_start_token_id
-    assert not llm.runner.spec.prefix_caching
+    assert llm.runner.spec.prefix_caching  # tests/test_qwen2_5_vl_prefix_cache.py
 
 
 def test_placeholders_must_match_the_images(llm: LLM) -> None:

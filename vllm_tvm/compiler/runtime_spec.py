@@ -82,9 +82,9 @@ def runtime_spec_for(
         # A shared block holds keys and values but not the recurrent state after it. Image
         # soft tokens share one placeholder id; the runtime keys their blocks by the
         # image's digest (runtime/kv/prefix_cache.py), so images do not stop caching. With
-        # M-RoPE the suffix after a hit would need the prompt's 3-D positions from the hit's
-        # end: not checked yet, so such artifacts do not cache.
-        prefix_caching=not sliding and not recurrent and not (vision and vision.multimodal_rope),
+        # M-RoPE the cache holds keys already rotated at the prompt's 3-D positions, and the
+        # suffix after a hit takes them from the hit's end (PromptImages.positions).
+        prefix_caching=not sliding and not recurrent,
         ragged_dispatch=RAGGED_LATENT if "extend" in functions else RAGGED_PREFILL,
         decode_single="decode_single" in functions,
         device_sampling="argmax" in functions and "sample" in functions,
