@@ -8,7 +8,8 @@ build for sm_90a; only a GPU run checks the cubins they run as. On the tiny rand
 three images of different sizes (one larger than a window, one not a whole number of
 windows):
 - the compiled encoder's merged tokens against transformers' `model.visual` on its own
-  processor's patches (max abs difference; fp32 within ENCODER_TOLERANCE);
+  processor's patches (max abs difference; fp32 within ENCODER_TOLERANCE), on the GPU with
+  TF32 off and on the CPU;
 - greedy 24 tokens per prompt against transformers' generate (its processor's
   `pixel_values` and `image_grid_thw`); fp32 must be equal, bf16 reports the rows that agree.
 
@@ -127,6 +128,7 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
     artifact = str(root / f"art_{QWEN2_5_VL}_{dtype}")
     llm = LLM(model, artifact=artifact, device="cuda", show_progress=False)
     hf_class = transformers.Qwen2_5_VLForConditionalGeneration
+    hf_cpu = hf_class.from_pretrained(model, dtype=torch.float32).eval()
     hf = hf_class.from_pretrained(model, dtype=torch.float32).cuda().eval()
     processor = _hf_processor(model)
     greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
@@ -141,6 +143,9 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
                 hf, processed["pixel_values"].cuda(), processed["image_grid_thw"].cuda()
             )
         expected = expected.float().cpu().numpy()
+        with torch.no_grad():
+            on_cpu = _visual(hf_cpu, processed["pixel_values"], processed["image_grid_thw"])
+        on_cpu = on_cpu.numpy()
         report["encoder"].append(
             {
                 "images": len(images),
@@ -149,6 +154,10 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
                     np.abs(ours_patches - processed["pixel_values"].numpy()).max()
                 ),
                 "max_abs_diff": float(np.abs(encoded.astype(np.float32) - expected).max()),
+                "max_abs_diff_vs_transformers_cpu": float(
+                    np.abs(encoded.astype(np.float32) - on_cpu).max()
+                ),
+                "transformers_gpu_vs_cpu": float(np.abs(expected - on_cpu).max()),
             }
         )
         request_id = llm.engine.add_request(None, ids, greedy, images=images)
@@ -169,6 +178,9 @@ def run(root: Path, out: Path) -> None:
     import torch
     import transformers
 
+    # An fp32 oracle: cuDNN's convolutions (the patch embedding) default to TF32 on Hopper.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     report: dict[str, Any] = {
         "conditions": {
             "gpu": torch.cuda.get_device_name(),
@@ -177,7 +189,8 @@ def run(root: Path, out: Path) -> None:
             "target": TARGET,
             "weights": "tiny random Qwen2_5_VLForConditionalGeneration of the CPU tests "
             "(tests/tiny_qwen_vlm.py), artifacts compiled off the device",
-            "oracle": "transformers fp32 on the same GPU, its own Qwen2-VL image processor",
+            "oracle": "transformers fp32 on the same GPU (TF32 off in cuDNN and matmul), "
+            "its own Qwen2-VL image processor; the encoder also against transformers on CPU",
             "new_tokens": NEW_TOKENS,
             "image_sizes": IMAGE_SIZES,
             "encoder_tolerance_fp32": ENCODER_TOLERANCE,
