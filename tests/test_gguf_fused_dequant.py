@@ -202,12 +202,13 @@ def test_checkpoint_without_blocks_is_refused_for_a_native_artifact(
         ModelRunner(artifact, tmp_path / "hf", show_progress=False)
 
 
-def test_projection_with_mixed_types_is_dequantized_at_load(tmp_path: Path) -> None:
+def test_projection_with_a_tensor_of_no_format_is_dequantized_at_load(tmp_path: Path) -> None:
+    """k_proj stays F32 (no format), so its fused q/k/v cannot be kept quantized, not even
+    in parts (test_gguf_mixed_fused_parts.py)."""
     prefix = "model.layers.0.self_attn."
     types = {
         f"{prefix}q_proj.weight": Q.Q4_0,
-        f"{prefix}k_proj.weight": Q.Q8_0,
-        f"{prefix}v_proj.weight": Q.Q4_0,
+        f"{prefix}v_proj.weight": Q.Q8_0,
         f"{prefix}o_proj.weight": Q.Q4_1,
         "model.layers.1.mlp.down_proj.weight": Q.F16,
     }

@@ -19,8 +19,10 @@ values, widened to fp32 in registers, so the weight stream stays half the size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+
+from vllm_tvm.checkpoints.fused_parts import part_name, same_type_runs
 
 FLOAT = "float"
 """Format of a parameter stored as a plain array of the artifact's dtype."""
@@ -173,25 +175,41 @@ def choose_formats(
     weights: Mapping[str, tuple[Sequence[str], Sequence[int]]],
     tensor_types: Mapping[str, str],
     keep_16_bit: bool = False,
+    splittable: Collection[str] = (),
 ) -> dict[str, str]:
-    """Which weights stay quantized: parameter name -> format name.
+    """Which weights stay quantized: parameter (or part) name -> format name.
 
     `weights` maps each parameter that may be quantized to (its checkpoint tensor names,
     its logical shape); `tensor_types` maps checkpoint tensor names to ggml type names. A
     weight stays quantized when all its tensors share one type that has a format here and
-    its rows are whole blocks; every other weight is left out (dequantized at load).
+    its rows are whole blocks. A weight named in `splittable` whose tensors have several
+    such types stays quantized in parts, one per run of sources of one type
+    (checkpoints/fused_parts.py). Every other weight is left out (dequantized at load).
     F16 / BF16 weights stay 16-bit only with `keep_16_bit` (otherwise they are converted to
     the artifact's dtype at load, as float weights are).
     """
     chosen = {}
     for name, (sources, shape) in weights.items():
-        types = {tensor_types.get(source) for source in sources}
-        if len(types) != 1:
+        types = [tensor_types.get(source) for source in sources]
+        runs = same_type_runs(types)
+        if len(runs) > 1 and name not in splittable:
             continue
-        stored = next(iter(types)) or ""
-        fmt = _BY_GGML_TYPE.get(stored)
-        if stored in SIXTEEN_BIT_TYPES and not keep_16_bit:
+        formats = [_kept_format(types[first] or "", shape, keep_16_bit) for first, _ in runs]
+        if None in formats:
             continue
-        if fmt is not None and int(shape[-1]) % fmt.block_size == 0:
-            chosen[name] = fmt.name
+        if len(runs) == 1:
+            chosen[name] = formats[0]
+            continue
+        for (first, stop), fmt in zip(runs, formats, strict=True):
+            chosen[part_name(name, first, stop)] = fmt
     return chosen
+
+
+def _kept_format(stored: str, shape: Sequence[int], keep_16_bit: bool) -> str | None:
+    """The format a weight of ggml type `stored` and `shape` is kept in; None: dequantized."""
+    fmt = _BY_GGML_TYPE.get(stored)
+    if stored in SIXTEEN_BIT_TYPES and not keep_16_bit:
+        return None
+    if fmt is not None and int(shape[-1]) % fmt.block_size == 0:
+        return fmt.name
+    return None

@@ -12,11 +12,12 @@ FP8 safetensors weights (checkpoints/fp8_weights.py) and for float weights quant
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from vllm_tvm.artifacts.manifest import ParamEntry
+from vllm_tvm.checkpoints.fused_parts import WeightSources, part_sources
 from vllm_tvm.checkpoints.group_quantization import GROUP_SIZE, check_quantization
 from vllm_tvm.checkpoints.model_config import is_gguf, read_gguf_tensor_types
 from vllm_tvm.checkpoints.prequantized import is_prequantized, open_prequantized
@@ -30,9 +31,7 @@ from vllm_tvm.checkpoints.weight_formats import (
 from vllm_tvm.compiler.recurrent_kernels import build_options
 from vllm_tvm.compiler.targets import TargetSpec
 from vllm_tvm.model_defs.architectures import family_for
-from vllm_tvm.model_defs.quant_linear import quantizable_weights
-
-WeightSources = Callable[[str], tuple[list[str], int]]
+from vllm_tvm.model_defs.quant_linear import fused_part_counts, quantizable_weights
 
 
 def plan_weight_formats(
@@ -83,8 +82,21 @@ def plan_weight_formats(
     candidates = {
         name: (weight_sources(name)[0], shape) for name, shape in quantizable_weights(model).items()
     }
-    keep_16_bit = target.kind == "llvm" and dtype == "float32" and tensor_parallel_shards == 1
-    return choose_formats(candidates, read_gguf_tensor_types(model_path), keep_16_bit)
+    on_cpu = target.kind == "llvm"
+    keep_16_bit = on_cpu and dtype == "float32" and tensor_parallel_shards == 1
+    splittable = _splittable(model, candidates) if on_cpu else set()
+    return choose_formats(candidates, read_gguf_tensor_types(model_path), keep_16_bit, splittable)
+
+
+def _splittable(model: Any, candidates: dict[str, tuple[list[str], Any]]) -> set[str]:
+    """Fused projections that may be kept quantized in parts (checkpoints/fused_parts.py):
+    those whose model rows come from exactly their checkpoint tensors. CPU artifacts only:
+    GPU schedules of the split products are not verified, so GPUs keep dequantizing them."""
+    return {
+        name
+        for name, parts in fused_part_counts(model).items()
+        if name in candidates and len(candidates[name][0]) == parts
+    }
 
 
 def _prequantized_formats(
@@ -122,7 +134,7 @@ def param_entry(
     if weight in formats:
         fmt = quant_format(formats[weight])
         fmt.plane(plane)
-        sources, axis = weight_sources(weight)
+        sources, axis = part_sources(weight, weight_sources)
         return ParamEntry(name, list(shape), dtype, sources, axis, fmt.name, plane)
     sources, axis = weight_sources(name)
     return ParamEntry(name, list(shape), dtype, sources, axis)

@@ -53,9 +53,22 @@ def nt_matmul(x: Tensor, weight: Tensor | QuantWeight, out_dtype: str | None = N
 class NTLinear(nn.Module):
     """y = x W^T + b with W kept [out_features, in_features] (the checkpoint layout)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: str) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool,
+        dtype: str,
+        part_rows: tuple[int, ...] = (),
+    ) -> None:
+        """`part_rows`: a fused projection's rows per checkpoint tensor, in order (q, k, v;
+        gate, up), so a weight whose tensors have different stored types can be kept
+        quantized in parts (checkpoints/fused_parts.py); empty for any other projection."""
+        if part_rows and sum(part_rows) != out_features:
+            raise ValueError(f"part rows {part_rows} do not add up to {out_features} features")
         self.in_features = in_features
         self.out_features = out_features
+        self.part_rows = part_rows
         self.weight = nn.Parameter((out_features, in_features), dtype)
         self.bias = nn.Parameter((out_features,), dtype) if bias else None
 

@@ -81,8 +81,13 @@ class LlamaAttention(nn.Module):
         self.shards = shards_of(config)
         self.head_dim = config.head_dim
         fused_heads = self.num_q_heads + 2 * self.num_kv_heads
+        kv_rows = self.num_kv_heads * self.head_dim
         self.qkv_proj = NTLinear(
-            config.hidden_size, fused_heads * self.head_dim, config.qkv_bias, dtype
+            config.hidden_size,
+            fused_heads * self.head_dim,
+            config.qkv_bias,
+            dtype,
+            part_rows=(self.num_q_heads * self.head_dim, kv_rows, kv_rows),
         )
         self.o_proj = NTLinear(
             self.num_q_heads * self.head_dim, config.hidden_size, config.o_proj_bias, dtype
@@ -156,7 +161,11 @@ class LlamaMLP(nn.Module):
         self.shards = shards_of(config)
         self.activation = _ACTIVATIONS[config.hidden_act]
         self.gate_up_proj = NTLinear(
-            config.hidden_size, 2 * self.intermediate_size, config.mlp_bias, dtype
+            config.hidden_size,
+            2 * self.intermediate_size,
+            config.mlp_bias,
+            dtype,
+            part_rows=(self.intermediate_size, self.intermediate_size),
         )
         self.down_proj = NTLinear(
             self.intermediate_size, config.hidden_size, config.mlp_bias, dtype

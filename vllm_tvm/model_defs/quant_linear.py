@@ -11,7 +11,9 @@ dlight's GEMV/Matmul), so the fp32 weight never exists in memory. The embedding 
 gathers rows the same way.
 
 `apply_weight_formats` swaps these in for the float weights of an already built model, so
-the model definitions stay written in plain `NTLinear` / `nn.Embedding`.
+the model definitions stay written in plain `NTLinear` / `nn.Embedding`; a fused projection
+whose checkpoint tensors have different types gets one quantized product per part
+(`QuantWeightParts`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tvm import te, tirx
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
+from vllm_tvm.checkpoints.fused_parts import parse_part, part_name
 from vllm_tvm.checkpoints.weight_formats import DEQUANTIZE_BLOCK, QuantFormat, quant_format
 from vllm_tvm.model_defs.layers import ACCUMULATION_DTYPE, NTLinear, _nt_matmul
 
@@ -256,6 +259,22 @@ class QuantWeight(nn.Module):
         return op.tensor_expr_op(gather, f"take_{self.quant_format.name}", [ids, *self._planes()])
 
 
+class QuantWeightParts(nn.Module):
+    """A fused weight kept as row ranges of different formats (checkpoints/fused_parts.py):
+    one QuantWeight per part (parameters `<name>.<part>.<plane>`), products concatenated."""
+
+    def __init__(self, parts: Sequence[tuple[str, QuantFormat, tuple[int, int]]]) -> None:
+        """`parts`: (attribute name, format, logical shape) of each part, in row order."""
+        self.part_names = [name for name, _, _ in parts]
+        for name, fmt, shape in parts:
+            setattr(self, name, QuantWeight(fmt, shape))
+
+    def nt_matmul(self, x: Tensor, out_dtype: str) -> Tensor:
+        """x @ W.T as the parts' products side by side along the last axis."""
+        products = [getattr(self, name).nt_matmul(x, out_dtype) for name in self.part_names]
+        return op.concat(products, dim=-1)
+
+
 class QuantEmbedding(nn.Module):
     """`nn.Embedding` over a quantized table (1-D token ids, as the `embed` function takes)."""
 
@@ -292,17 +311,34 @@ def quantizable_weights(model: nn.Module) -> dict[str, tuple[int, int]]:
     return found
 
 
-def apply_weight_formats(model: nn.Module, formats: Mapping[str, str]) -> None:
-    """Store each weight named in `formats` (name -> format name) quantized, in place.
+def fused_part_counts(model: nn.Module) -> dict[str, int]:
+    """Fused projection weights that may be kept in parts: name -> checkpoint tensors fused."""
+    return {
+        f"{path}.weight": len(module.part_rows)
+        for path, module, _ in _submodules(model)
+        if isinstance(module, NTLinear) and module.part_rows
+    }
 
-    Raises ValueError naming a weight that is not a linear or embedding weight of `model`.
+
+def apply_weight_formats(model: nn.Module, formats: Mapping[str, str]) -> None:
+    """Store each weight named in `formats` (name -> format name) quantized, in place; a
+    fused weight named by its parts (checkpoints/fused_parts.py) is stored in those parts.
+
+    Raises ValueError naming a weight that is not a linear or embedding weight of `model`,
+    or parts that do not split its fused rows.
     """
-    pending = dict(formats)
+    pending = _by_weight(formats)
     for path, module, (parent, key) in list(_submodules(model)):
         name = f"{path}.weight"
         if name not in pending or not isinstance(module, (NTLinear, nn.Embedding)):
             continue
-        fmt = quant_format(pending.pop(name))
+        stored = pending.pop(name)
+        if isinstance(stored, dict):
+            if not isinstance(module, NTLinear):
+                raise ValueError(f"cannot store {name!r} in parts: not a linear weight")
+            module.weight = QuantWeightParts(_part_layout(name, module, stored))
+            continue
+        fmt = quant_format(stored)
         if isinstance(module, NTLinear):
             module.weight = QuantWeight(fmt, (module.out_features, module.in_features))
             continue
@@ -316,3 +352,41 @@ def apply_weight_formats(model: nn.Module, formats: Mapping[str, str]) -> None:
             f"cannot store {next(iter(pending))!r} quantized: not a linear or embedding weight "
             f"of this model; quantizable: {', '.join(quantizable_weights(model))}"
         )
+
+
+def _by_weight(formats: Mapping[str, str]) -> dict[str, str | dict[tuple[int, int], str]]:
+    """`formats` with the parts of each fused weight gathered: weight -> format name, or
+    weight -> {(first, stop) source range: format name}."""
+    grouped: dict[str, str | dict[tuple[int, int], str]] = {}
+    for name, fmt in formats.items():
+        part = parse_part(name)
+        if part is None:
+            grouped[name] = fmt
+            continue
+        weight, first, stop = part
+        parts = grouped.setdefault(weight, {})
+        assert isinstance(parts, dict)
+        parts[(first, stop)] = fmt
+    return grouped
+
+
+def _part_layout(
+    name: str, module: NTLinear, parts: Mapping[tuple[int, int], str]
+) -> list[tuple[str, QuantFormat, tuple[int, int]]]:
+    """(attribute, format, shape) of each part of `module`'s weight, from its `part_rows`;
+    ValueError unless the parts cover its sources once each, in order."""
+    ranges = sorted(parts)
+    covered = [index for first, stop in ranges for index in range(first, stop)]
+    if not module.part_rows or covered != list(range(len(module.part_rows))):
+        raise ValueError(
+            f"cannot store {name!r} in parts {ranges}: its projection fuses "
+            f"{len(module.part_rows)} checkpoint tensors of rows {list(module.part_rows)}"
+        )
+    return [
+        (
+            part_name(name, first, stop).rpartition(".")[2],
+            quant_format(parts[(first, stop)]),
+            (sum(module.part_rows[first:stop]), module.in_features),
+        )
+        for first, stop in ranges
+    ]
