@@ -18,16 +18,21 @@ its kernel is the product of each flattened patch with the kernel read as
 `[hidden, C * T * P * P]`), the reordering into window order, the blocks (RMSNorm, fused
 qkv with the 2-D rotary, attention within the image on `fullatt_block_indexes` and within
 the window elsewhere, RMSNorm, SwiGLU with biases), the patch merger (RMSNorm `ln_q`, the
-merge unit's patches side by side, Linear, exact GELU, Linear) and the inverse reordering.
+merge unit's patches side by side, Linear, exact GELU, Linear) and the inverse reordering;
+the blocks, the attention, the patch embedding and the merger serve Qwen3.5's tower too
+(qwen3_5_vision.py).
 Attention is a dense product masked by the segment ids (an image's patches only see their
 image, or their window), which is exact and keeps images apart however many there are.
-Parameter names equal the checkpoint's under `visual.` but for the merger's MLP, whose
-`mlp.0` / `mlp.2` are `fc1` / `fc2` here (qwen2_5_vl.py maps them).
+Parameter names equal the checkpoint's under `visual.` but for the merger's (`ln_q`,
+`mlp.0`, `mlp.2` are `norm`, `linear_fc1`, `linear_fc2` here, Qwen3.5's names:
+qwen2_5_vl.py maps them) and the patch kernel's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -43,9 +48,9 @@ MASKED = -1e30
 SUPPORTED_VISION_ACTIVATIONS = ("silu",)
 
 
-@dataclass(frozen=True)
-class QwenVisionConfig:
-    """Shape of the vision tower (the HF `vision_config`)."""
+@dataclass(frozen=True, kw_only=True)
+class QwenVisionShape:
+    """What the Qwen vision towers (2.5-VL's and 3.5's) share in their HF `vision_config`."""
 
     depth: int
     hidden_size: int
@@ -55,11 +60,8 @@ class QwenVisionConfig:
     patch_size: int
     temporal_patch_size: int
     spatial_merge_size: int
-    window_size: int
-    fullatt_block_indexes: tuple[int, ...]
     in_channels: int = 3
     rope_theta: float = 10_000.0
-    rms_norm_eps: float = 1e-6
 
     @property
     def head_dim(self) -> int:
@@ -76,38 +78,68 @@ class QwenVisionConfig:
         return self.in_channels * self.temporal_patch_size * self.patch_size**2
 
 
-def parse_qwen_vision_config(vision: dict[str, Any], refuse: type[Exception]) -> QwenVisionConfig:
-    """The HF `vision_config`; what the definition cannot run is refused by name."""
-    act = vision.get("hidden_act", "silu")
-    if act not in SUPPORTED_VISION_ACTIVATIONS:
+@dataclass(frozen=True, kw_only=True)
+class QwenVisionConfig(QwenVisionShape):
+    """Shape of Qwen2.5-VL's vision tower (the HF `vision_config`)."""
+
+    window_size: int
+    fullatt_block_indexes: tuple[int, ...]
+    rms_norm_eps: float = 1e-6
+
+
+def parse_vision_shape(
+    vision: dict[str, Any],
+    refuse: type[Exception],
+    defaults: dict[str, int],
+    activations: tuple[str, ...],
+) -> dict[str, Any]:
+    """The `QwenVisionShape` fields of the HF `vision_config` (absent ones from `defaults`,
+    the HF config class's defaults); an activation not in `activations`, a rotary other than
+    axial or heads the 2-D rotary cannot split are refused by name."""
+    act = vision.get("hidden_act", activations[0])
+    if act not in activations:
         raise refuse(
-            f"unsupported vision_config.hidden_act '{act}'; supported: "
-            + ", ".join(SUPPORTED_VISION_ACTIVATIONS)
+            f"unsupported vision_config.hidden_act '{act}'; supported: " + ", ".join(activations)
         )
     rope = vision.get("rope_parameters") or {}
     if rope.get("rope_type", "axial") != "axial":
         raise refuse(f"unsupported vision_config rope_type '{rope['rope_type']}'; supported: axial")
+    fields: dict[str, Any] = {
+        name: int(vision.get(name, value)) for name, value in defaults.items()
+    }
+    fields["in_channels"] = int(vision.get("in_channels", 3))
+    fields["rope_theta"] = float(rope.get("rope_theta", 10_000.0))
+    hidden, heads = fields["hidden_size"], fields["num_heads"]
+    if hidden % heads or (hidden // heads) % 4:
+        raise refuse(
+            f"unsupported vision_config: hidden_size {hidden} must split into "
+            f"num_heads {heads} heads of a multiple of 4 channels"
+        )
+    return fields
+
+
+QWEN2_5_VISION_DEFAULTS = {
+    "depth": 32,
+    "hidden_size": 3584,
+    "intermediate_size": 3420,
+    "num_heads": 16,
+    "out_hidden_size": 3584,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+}
+"""`Qwen2_5_VLVisionConfig`'s defaults."""
+
+
+def parse_qwen_vision_config(vision: dict[str, Any], refuse: type[Exception]) -> QwenVisionConfig:
+    """The HF `vision_config`; what the definition cannot run is refused by name."""
     config = QwenVisionConfig(
-        depth=int(vision.get("depth", 32)),
-        hidden_size=int(vision.get("hidden_size", 3584)),
-        intermediate_size=int(vision.get("intermediate_size", 3420)),
-        num_heads=int(vision.get("num_heads", 16)),
-        out_hidden_size=int(vision.get("out_hidden_size", 3584)),
-        patch_size=int(vision.get("patch_size", 14)),
-        temporal_patch_size=int(vision.get("temporal_patch_size", 2)),
-        spatial_merge_size=int(vision.get("spatial_merge_size", 2)),
+        **parse_vision_shape(vision, refuse, QWEN2_5_VISION_DEFAULTS, SUPPORTED_VISION_ACTIVATIONS),
         window_size=int(vision.get("window_size", 112)),
         fullatt_block_indexes=tuple(
             int(i) for i in vision.get("fullatt_block_indexes", (7, 15, 23, 31))
         ),
-        in_channels=int(vision.get("in_channels", 3)),
-        rope_theta=float(rope.get("rope_theta", 10_000.0)),
     )
-    if config.hidden_size % config.num_heads or config.head_dim % 4:
-        raise refuse(
-            f"unsupported vision_config: hidden_size {config.hidden_size} must split into "
-            f"num_heads {config.num_heads} heads of a multiple of 4 channels"
-        )
     if config.window_size % (config.patch_size * config.spatial_merge_size):
         raise refuse(
             f"unsupported vision_config.window_size {config.window_size}: not a multiple of "
@@ -135,7 +167,7 @@ def segment_bias(segments: Tensor) -> Tensor:
 class VisionAttention(nn.Module):
     """Multi-head attention (fused qkv with bias, 2-D rotary) under an additive bias."""
 
-    def __init__(self, config: QwenVisionConfig, dtype: str) -> None:
+    def __init__(self, config: QwenVisionShape, dtype: str) -> None:
         hidden = config.hidden_size
         self.heads = config.num_heads
         self.head_dim = config.head_dim
@@ -179,14 +211,20 @@ def _rms_norm(size: int, config: QwenVisionConfig, dtype: str) -> nn.RMSNorm:
     return nn.RMSNorm(size, -1, config.rms_norm_eps, bias=False, dtype=dtype)
 
 
-class VisionBlock(nn.Module):
-    """x + attn(norm1(x)), then x + mlp(norm2(x))."""
+NormFactory = Callable[[int], nn.Module]
+"""A norm over the last axis of the given width (the tower's RMSNorm or LayerNorm)."""
 
-    def __init__(self, config: QwenVisionConfig, dtype: str) -> None:
-        self.norm1 = _rms_norm(config.hidden_size, config, dtype)
+
+class VisionBlock(nn.Module):
+    """x + attn(norm1(x)), then x + mlp(norm2(x)); the towers differ in the norm and MLP."""
+
+    def __init__(
+        self, config: QwenVisionShape, dtype: str, make_norm: NormFactory, mlp: nn.Module
+    ) -> None:
+        self.norm1 = make_norm(config.hidden_size)
         self.attn = VisionAttention(config, dtype)
-        self.norm2 = _rms_norm(config.hidden_size, config, dtype)
-        self.mlp = VisionMLP(config, dtype)
+        self.norm2 = make_norm(config.hidden_size)
+        self.mlp = mlp
 
     def forward(self, hidden: Tensor, positions: Tensor, bias: Tensor) -> Tensor:
         hidden = hidden + self.attn(self.norm1(hidden), positions, bias)
@@ -194,44 +232,70 @@ class VisionBlock(nn.Module):
 
 
 class PatchMerger(nn.Module):
-    """ln_q per patch, the merge unit's patches side by side, then Linear-GELU-Linear."""
+    """A norm per patch, the merge unit's patches side by side, then Linear-GELU-Linear.
+    The names are Qwen3.5's checkpoint's (Qwen2.5-VL's `ln_q`, `mlp.0`, `mlp.2`:
+    qwen2_5_vl.py maps them)."""
 
-    def __init__(self, config: QwenVisionConfig, dtype: str) -> None:
+    def __init__(self, config: QwenVisionShape, dtype: str, make_norm: NormFactory) -> None:
         merged = config.hidden_size * config.merge_unit
-        self.ln_q = _rms_norm(config.hidden_size, config, dtype)
-        self.fc1 = NTLinear(merged, merged, True, dtype)
-        self.fc2 = NTLinear(merged, config.out_hidden_size, True, dtype)
+        self.norm = make_norm(config.hidden_size)
+        self.linear_fc1 = NTLinear(merged, merged, True, dtype)
+        self.linear_fc2 = NTLinear(merged, config.out_hidden_size, True, dtype)
         self.merged = merged
 
     def forward(self, hidden: Tensor) -> Tensor:
         """[n, hidden] -> [n / merge unit, out_hidden]."""
-        units = op.reshape(self.ln_q(hidden), (-1, self.merged))
-        return self.fc2(op.gelu(self.fc1(units)))
+        units = op.reshape(self.norm(hidden), (-1, self.merged))
+        return self.linear_fc2(op.gelu(self.linear_fc1(units)))
 
 
 class PatchEmbed(nn.Module):
-    """The checkpoint's Conv3d kernel [hidden, C, T, P, P] (no bias) over flattened patches."""
+    """The checkpoint's Conv3d kernel [hidden, C, T, P, P] over flattened patches, plus its
+    bias where the checkpoint has one (Qwen3.5's)."""
 
-    def __init__(self, config: QwenVisionConfig, dtype: str) -> None:
+    def __init__(self, config: QwenVisionShape, dtype: str, bias: bool = False) -> None:
         patch, frames = config.patch_size, config.temporal_patch_size
         self.proj = nn.Parameter(
             (config.hidden_size, config.in_channels, frames, patch, patch), dtype
         )
+        self.proj_bias = nn.Parameter((config.hidden_size,), dtype) if bias else None
         self.hidden_size = config.hidden_size
         self.patch_width = config.patch_width
 
     def forward(self, patches: Tensor) -> Tensor:
-        return nt_matmul(patches, op.reshape(self.proj, (self.hidden_size, self.patch_width)))
+        kernel = op.reshape(self.proj, (self.hidden_size, self.patch_width))
+        embedded = nt_matmul(patches, kernel)
+        return embedded if self.proj_bias is None else embedded + self.proj_bias
 
 
-class QwenVisionTower(nn.Module):
+class VisionTowerParts(nn.Module):
+    """What both towers hold: the patch embedding, `depth` blocks (each with its own norms
+    and MLP) and the merger."""
+
+    def __init__(
+        self,
+        config: QwenVisionShape,
+        dtype: str,
+        make_norm: NormFactory,
+        make_mlp: Callable[[], nn.Module],
+        patch_bias: bool = False,
+    ) -> None:
+        self.config = config
+        self.patch_embed = PatchEmbed(config, dtype, patch_bias)
+        self.blocks = nn.ModuleList(
+            [VisionBlock(config, dtype, make_norm, make_mlp()) for _ in range(config.depth)]
+        )
+        self.merger = PatchMerger(config, dtype, make_norm)
+
+
+class QwenVisionTower(VisionTowerParts):
     """The tower over every patch of a prompt's images (module doc)."""
 
+    config: QwenVisionConfig
+
     def __init__(self, config: QwenVisionConfig, dtype: str) -> None:
-        self.config = config
-        self.patch_embed = PatchEmbed(config, dtype)
-        self.blocks = nn.ModuleList([VisionBlock(config, dtype) for _ in range(config.depth)])
-        self.merger = PatchMerger(config, dtype)
+        norm = partial(_rms_norm, config=config, dtype=dtype)
+        super().__init__(config, dtype, norm, partial(VisionMLP, config, dtype))
 
     def forward(
         self,

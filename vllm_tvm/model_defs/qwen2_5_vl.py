@@ -51,8 +51,9 @@ from vllm_tvm.model_defs.rope_scaling import rope_frequencies
 
 VISION_PREFIX = "visual."
 MERGER_NAMES = {
-    "visual.merger.fc1.": "visual.merger.mlp.0.",
-    "visual.merger.fc2.": "visual.merger.mlp.2.",
+    "visual.merger.norm.": "visual.merger.ln_q.",
+    "visual.merger.linear_fc1.": "visual.merger.mlp.0.",
+    "visual.merger.linear_fc2.": "visual.merger.mlp.2.",
 }
 """The merger's `nn.Sequential` indices in the checkpoint."""
 PATCH_KERNEL = "visual.patch_embed.proj"

@@ -51,6 +51,18 @@ def merged_tokens(grid: Sequence[int], merge: int) -> int:
     return t * (h // merge) * (w // merge)
 
 
+def merge_block_positions(grid: Sequence[int], merge: int) -> np.ndarray:
+    """[t * h * w, 2] int64: each patch's (row, column) in its image, the patches in the
+    processor's order (merge block by merge block in raster order, raster order inside a
+    block; every frame alike) - transformers' `get_vision_position_ids`."""
+    t, h, w = (int(x) for x in grid)
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    blocks = (h // merge, merge, w // merge, merge)
+    row_ids = rows.reshape(blocks).transpose(0, 2, 1, 3).reshape(-1)
+    col_ids = cols.reshape(blocks).transpose(0, 2, 1, 3).reshape(-1)
+    return np.tile(np.stack([row_ids, col_ids], axis=-1), (t, 1))
+
+
 def encoder_layout(
     grids: np.ndarray, merge: int, window_size: int, patch_size: int
 ) -> EncoderLayout:
@@ -60,11 +72,7 @@ def encoder_layout(
     positions, order, frames, windows = [], [], [], []
     offset = frame = window = 0
     for t, h, w in (tuple(int(x) for x in grid) for grid in grids):
-        rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-        blocks = (h // merge, merge, w // merge, merge)
-        row_ids = rows.reshape(blocks).transpose(0, 2, 1, 3).reshape(-1)
-        col_ids = cols.reshape(blocks).transpose(0, 2, 1, 3).reshape(-1)
-        positions.append(np.tile(np.stack([row_ids, col_ids], axis=-1), (t, 1)))
+        positions.append(merge_block_positions((t, h, w), merge))
         merged_h, merged_w = h // merge, w // merge
         index = np.arange(t * merged_h * merged_w).reshape(t, merged_h, merged_w)
         for time in range(t):
