@@ -82,9 +82,9 @@ def routed_library(
     )
     mod = int8_activations_pass(NATIVE_ISA)(mod)
     names = {gv.name_hint for gv in mod.get_global_vars()}
-    # A block format's product over whole tiles of features takes the register-blocked GEMM,
-    # a static single row's included; every K-quant product the GEMV.
-    kernel = "dot" if quantization == "q8_k" else "gemm"
+    # A run-time row count of a block format takes the register-blocked GEMM; a static single
+    # row, and every K-quant product, the GEMV.
+    kernel = "dot" if rows == 1 or quantization == "q8_k" else "gemm"
     assert names == {"forward", f"quantize_activations_{quantization}", f"int8_{kernel}_{fmt_name}"}
     target = resolve_target("llvm").make_target()
     library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))

@@ -247,13 +247,11 @@ def _feature_sum(
 
 def uses_gemm(rows: Rows, features: int) -> bool:
     """Whether a product of `rows` token rows takes `int8_gemm` rather than `int8_gemv`:
-    any product whose output features fill whole tiles, a decode step's single row
-    included. Per one-row block the GEMM folds FEATURES_PER_BLOCK features' sums into one
-    register and scales them with one multiply-add, where `int8_gemv` reduces, scales and
-    sums each output on its own and re-shuffles the activation block for every output; in
-    a decode step of SmolLM2-135M Q4_1 that made `int8_gemv` slower than the float
-    path (benchmarks/results/cpu_int8_decode_2026-12-04/)."""
-    return features % TILE_FEATURES == 0
+    any row count not known to be one (prefill, verify, batched decode) where the output
+    features fill whole tiles. benchmarks/cpu_int8_prefill.py measured the register blocks
+    ahead of `int8_gemv` from one run-time row up, and `int8_gemv` ahead of the float path
+    only for a few rows."""
+    return not (isinstance(rows, int) and rows == 1) and features % TILE_FEATURES == 0
 
 
 def int8_product(fmt_name: str, rows: Rows, features: int, columns: int, isa: str) -> tirx.PrimFunc:
