@@ -10,7 +10,8 @@ copy to the host); each phase is timed with the wall clock and with this process
 kernels and VM builtins), timed by the VM's instrument hook; the hook's Python costs
 inflate every call equally, so read its shares, not its milliseconds.
 
-usage: python3 benchmarks/cpu_decode_profile.py [--context 64] [--steps 64] [--repeats 5]
+usage: python3 benchmarks/cpu_decode_profile.py [--context 64] [--steps 64] [--repeats 5] [--gguf F]
+           [--cpu-int8-activations on|off]
            [--kernels] [--out benchmarks/results/X.json]
 """
 
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpu_peers import default_gguf, machine, versions
+from cpu_peers import INT8_DEFAULT, default_gguf, machine, versions
 
 PHASES = ("embed", "begin_forward", "decode_single", "end_forward", "argmax")
 
@@ -41,15 +42,16 @@ def _timed(totals: dict[str, list[float]], phase: str, call: Callable[[], Any]) 
     return result
 
 
-def runner_for(gguf: Path, length: int) -> Any:
-    """Our model runner of `gguf` (its cached artifact, compiled on first use) for one
-    sequence of up to `length` tokens, prefilled in one chunk."""
+def runner_for(gguf: Path, length: int, int8: str = INT8_DEFAULT) -> Any:
+    """Our model runner of `gguf` (its cached artifact, compiled on first use, with
+    `--cpu-int8-activations int8`) for one sequence of up to `length` tokens, prefilled in
+    one chunk."""
     from vllm_tvm.entrypoints.resolve import artifact_for
     from vllm_tvm.runtime.engine.args import EngineArgs
     from vllm_tvm.runtime.model.runner import ModelRunner
 
     return ModelRunner(
-        artifact_for(EngineArgs(model=str(gguf))),
+        artifact_for(EngineArgs(model=str(gguf), cpu_int8_activations=int8)),
         gguf,
         max_model_len=length,
         max_total_seq_len=2 * length,
@@ -60,7 +62,8 @@ def runner_for(gguf: Path, length: int) -> Any:
 
 def profile(args: argparse.Namespace) -> dict[str, Any]:
     """Per-phase wall and CPU seconds per step, one dict per repeat."""
-    runner = runner_for(default_gguf(), args.context + args.steps + 1)
+    gguf = args.gguf or default_gguf()
+    runner = runner_for(gguf, args.context + args.steps + 1, args.cpu_int8_activations)
     rng = np.random.default_rng(0)
     prompt = rng.integers(100, runner.vocab_size, size=args.context).tolist()
     kv = runner.kv_cache
@@ -71,7 +74,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         totals = {phase: [0.0, 0.0] for phase in PHASES}
         step_wall, step_cpu = time.perf_counter(), time.process_time()
         for _ in range(args.steps):
-            ids = _timed(totals, "embed", lambda t=token: runner._embed_tokens([t]))
+            ids = _timed(totals, "embed", lambda t=token: runner.embed_tokens([t]))
             hidden = ids._create_view((1, 1, runner.hidden_size))
             _timed(totals, "begin_forward", lambda r=repeat: kv.begin_forward([r], [1]))
             logits, _ = _timed(
@@ -100,17 +103,20 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def instrumented_calls(runner: Any, work: Callable[[], Any]) -> dict[str, list[float]]:
-    """Per VM call symbol during `work()`: [calls, CPU seconds], by the VM's instrument hook."""
+    """Per VM call symbol during `work()`: [calls, CPU seconds, wall seconds], by the VM's
+    instrument hook (CPU over wall near the pool's thread count: the call kept every
+    worker busy)."""
     totals: dict[str, list[float]] = {}
     started: list[float] = []
 
     def instrument(func: Any, symbol: str, before: bool, ret: Any, *args: Any) -> int:
         if before:
-            started[:] = [time.process_time()]
+            started[:] = [time.process_time(), time.perf_counter()]
         else:
-            entry = totals.setdefault(symbol, [0, 0.0])
+            entry = totals.setdefault(symbol, [0, 0.0, 0.0])
             entry[0] += 1
             entry[1] += time.process_time() - started[0]
+            entry[2] += time.perf_counter() - started[1]
         return 0
 
     runner.vm.set_instrument(instrument)
@@ -124,11 +130,16 @@ def instrumented_calls(runner: Any, work: Callable[[], Any]) -> dict[str, list[f
 def per_symbol(totals: dict[str, list[float]], per: int) -> dict[str, Any]:
     """`totals` per unit of work (`per` units ran): calls, CPU ms and share of CPU, largest
     first."""
-    whole = sum(cpu for _, cpu in totals.values())
+    whole = sum(cpu for _, cpu, _ in totals.values())
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])
     return {
-        symbol: {"calls_per_step": n / per, "cpu_ms": cpu / per * 1e3, "share": cpu / whole}
-        for symbol, (n, cpu) in ranked
+        symbol: {
+            "calls_per_step": n / per,
+            "cpu_ms": cpu / per * 1e3,
+            "wall_ms": wall / per * 1e3,
+            "share": cpu / whole,
+        }
+        for symbol, (n, cpu, wall) in ranked
     }
 
 
@@ -181,6 +192,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=64, help="decode steps per repeat")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--kernels", action="store_true", help="add the per-call split")
+    parser.add_argument("--gguf", type=Path, default=None, help="default: the default model")
+    parser.add_argument("--cpu-int8-activations", default=INT8_DEFAULT)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     load_before = os.getloadavg()
@@ -200,7 +213,11 @@ def main() -> None:
         args.out.write_text(text + "\n")
     print(json.dumps(report["summary"], indent=1))
     for symbol, share in report.get("kernels", {}).items():
-        print(f"{symbol:55s} {share['calls_per_step']:6.1f} {share['share']:7.1%}", file=sys.stderr)
+        print(
+            f"{symbol:55s} {share['calls_per_step']:6.1f} {share['share']:7.1%}"
+            f" cpu {share['cpu_ms']:7.3f} wall {share['wall_ms']:7.3f} ms",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":
