@@ -21,7 +21,6 @@ usage:
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import sys
@@ -34,7 +33,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from h200_vision_mtp_check import NEW_TOKENS, TARGET, VISION_DTYPES, _compile, _finished, _fresh
+from h200_vision_mtp_check import (
+    NEW_TOKENS,
+    TARGET,
+    VISION_DTYPES,
+    _compile,
+    _finished,
+    _fresh,
+    build_or_run,
+)
 
 QWEN2_5_VL = "qwen2_5_vl"
 ENCODER_TOLERANCE = 1e-4
@@ -209,17 +216,7 @@ def run(root: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build").add_argument("--root", type=Path, required=True)
-    run_args = sub.add_parser("run")
-    run_args.add_argument("--root", type=Path, required=True)
-    run_args.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    if args.command == "build":
-        build(args.root)
-    else:
-        run(args.root, args.out)
+    build_or_run(__doc__.split("\n")[0], build, run)
 
 
 if __name__ == "__main__":

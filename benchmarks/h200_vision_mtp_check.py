@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -228,8 +229,12 @@ def run(root: Path, out: Path) -> None:
         print(name, json.dumps(report[name])[:600], flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_or_run(
+    description: str, build: Callable[[Path], None], run: Callable[[Path, Path], None]
+) -> None:
+    """The command line of a GPU check: `build --root DIR` here, `run --root DIR --out FILE`
+    on the GPU machine."""
+    parser = argparse.ArgumentParser(description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build").add_argument("--root", type=Path, required=True)
     run_args = sub.add_parser("run")
@@ -240,6 +245,10 @@ def main() -> None:
         build(args.root)
     else:
         run(args.root, args.out)
+
+
+def main() -> None:
+    build_or_run(__doc__.split("\n")[0], build, run)
 
 
 if __name__ == "__main__":

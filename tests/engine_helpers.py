@@ -11,6 +11,7 @@ from tiny_models import CORPUS
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE
+from vllm_tvm.runtime.model.batch import forward_images
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
@@ -63,3 +64,26 @@ def assert_all_blocks_free(llm: LLM) -> None:
     config = engine.cache_config
     pages = config.num_tokens // COMPILED_PAGE_SIZE + 1  # TVM keeps one spare page
     assert llm.runner.kv_cache.available_pages() == pages
+
+
+def image_prefill_logits(llm: LLM, ids: list[int], images: list, rope: bool = False) -> tuple:
+    """(the expanded prompt ids, our prefill logits at every position) of `ids` with
+    `images`, run on a KV sequence beside the engine's and removed after; `rope`: at the
+    prompt's M-RoPE positions."""
+    seq_id = 1_000_000
+    request = llm.engine.make_request(ids, SamplingParams(temperature=0.0), images=images)
+    expanded = request.prompt_token_ids
+    prompt_images = request.seqs[0].images
+    extra = {"rope_positions": prompt_images.positions(0, len(expanded))} if rope else {}
+    llm.runner.kv_cache.add_sequence(seq_id)
+    try:
+        logits = llm.runner.prefill_logits(
+            [seq_id],
+            [expanded],
+            list(range(len(expanded))),
+            images=forward_images(llm.runner, [(0, prompt_images)]),
+            **extra,
+        ).numpy()
+    finally:
+        llm.runner.kv_cache.remove_sequence(seq_id)
+    return expanded, logits

@@ -9,12 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
+from engine_helpers import (
+    assert_all_blocks_free,
+    image_prefill_logits,
+    random_image,
+    run_to_completion,
+)
 from gemma3_vision_helpers import gemma3_oracle, oracle_tokens
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.engine.intake import PromptTooLongError
-from vllm_tvm.runtime.model.batch import forward_images
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
@@ -80,21 +84,8 @@ def test_prefill_logits_with_images_equal_transformers(
     import transformers
 
     processor = transformers.Gemma3ImageProcessor.from_pretrained(tiny_gemma3_vlm.path)
-    seq_id = 1_000_000  # beside the engine's KV sequences, removed after
     for ids, images in prompts:
-        request = llm.engine.make_request(ids, GREEDY, images=images)
-        expanded = request.prompt_token_ids
-        prompt_images = request.seqs[0].images
-        llm.runner.kv_cache.add_sequence(seq_id)
-        try:
-            ours = llm.runner.prefill_logits(
-                [seq_id],
-                [expanded],
-                list(range(len(expanded))),
-                images=forward_images(llm.runner, [(0, prompt_images)]),
-            ).numpy()
-        finally:
-            llm.runner.kv_cache.remove_sequence(seq_id)
+        expanded, ours = image_prefill_logits(llm, ids, images)
         pixel_values = processor([image.pixels for image in images], return_tensors="pt")[
             "pixel_values"
         ]

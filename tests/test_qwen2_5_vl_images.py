@@ -13,12 +13,16 @@ import io
 import numpy as np
 import pytest
 import torch
-from engine_helpers import assert_all_blocks_free, random_image, run_to_completion
+from engine_helpers import (
+    assert_all_blocks_free,
+    image_prefill_logits,
+    random_image,
+    run_to_completion,
+)
 from PIL import Image
 from qwen2_5_vl_helpers import hf_inputs, oracle_greedy
 
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.model.batch import forward_images
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
@@ -134,22 +138,8 @@ def _run_prompt(llm: LLM, ids: list[int], images) -> list[int]:
 def test_prefill_logits_with_images_equal_transformers(
     llm: LLM, oracle, hf_processor, checkpoint, prompts
 ) -> None:
-    seq_id = 1_000_000  # beside the engine's KV sequences, removed after
     for ids, images in prompts:
-        request = llm.engine.make_request(ids, GREEDY, images=images)
-        expanded = request.prompt_token_ids
-        prompt_images = request.seqs[0].images
-        llm.runner.kv_cache.add_sequence(seq_id)
-        try:
-            ours = llm.runner.prefill_logits(
-                [seq_id],
-                [expanded],
-                list(range(len(expanded))),
-                images=forward_images(llm.runner, [(0, prompt_images)]),
-                rope_positions=prompt_images.positions(0, len(expanded)),
-            ).numpy()
-        finally:
-            llm.runner.kv_cache.remove_sequence(seq_id)
+        expanded, ours = image_prefill_logits(llm, ids, images, rope=True)
         inputs = hf_inputs(hf_processor, checkpoint, expanded, images)
         with torch.no_grad():
             expected = oracle(**inputs).logits[0]
