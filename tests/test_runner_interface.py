@@ -44,6 +44,15 @@ def test_the_tensor_parallel_runner_inherits_nothing_of_the_one_device_runner() 
 
 def test_every_ragged_forward_of_a_runner_goes_through_one_path() -> None:
     """Only `run_ragged` begins a ragged forward (a head's prefill included); the others
-    are a batch of single tokens (`decode_logits`, a head's `decode_head`)."""
-    assert _methods_calling(ModelRunner, "begin_forward") == {"run_ragged", "decode_logits"}
+    are a batch of single tokens (`decode_logits`, a head's `decode_head`). Over owned KV
+    pages the forward begins in `_owned_prefill` / `_owned_decode`, which only those two
+    call."""
+    assert _methods_calling(ModelRunner, "begin_forward") == {
+        "run_ragged",
+        "decode_logits",
+        "_owned_prefill",
+        "_owned_decode",
+    }
+    assert _methods_calling(ModelRunner, "_owned_prefill") == {"run_ragged"}
+    assert _methods_calling(ModelRunner, "_owned_decode") == {"decode_logits"}
     assert _methods_calling(HeadRunner, "begin_forward") == {"decode_head"}

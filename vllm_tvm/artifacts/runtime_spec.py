@@ -45,6 +45,18 @@ class AttentionLayerSpec:
     """Tokens a sliding layer attends to (None: the whole context)."""
 
 
+@dataclass(frozen=True)
+class OwnedPagesSpec:
+    """The KV pages the runtime allocates for an artifact that exports the owned-page
+    functions (artifacts/owned_kv.py): per layer one [pages, 2, kv_heads, page, head_dim]
+    tensor in the artifact's dtype."""
+
+    layers: int
+    kv_heads: int
+    """Key-value heads on each rank."""
+    head_dim: int
+
+
 GATED_DELTA_NET = "gated_delta_net"
 """Recurrent state kind: per layer a causal-conv state and a delta-rule state, both fp32."""
 
@@ -160,6 +172,9 @@ class RuntimeSpec:
     """Set for a head that drafts from hidden states."""
     vision: VisionSpec | None = None
     """The image encoder of an artifact that carries a vision tower; None: text only."""
+    owned_pages: OwnedPagesSpec | None = None
+    """The pages of an artifact whose forwards run over KV pages the runtime owns; None:
+    TVM's cache."""
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -195,4 +210,6 @@ class RuntimeSpec:
             if vision.get("patch_merge") is not None:
                 vision["patch_merge"] = PatchMergeSpec(**vision["patch_merge"])
             fields["vision"] = VisionSpec(**vision)
+        if data.get("owned_pages") is not None:
+            fields["owned_pages"] = OwnedPagesSpec(**data["owned_pages"])
         return cls(**fields)

@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from vllm_tvm.artifacts.owned_kv import OWNED_DECODE
 from vllm_tvm.artifacts.runtime_spec import (
     FULL_ATTENTION,
     GATED_DELTA_NET,
@@ -25,6 +26,7 @@ from vllm_tvm.artifacts.runtime_spec import (
     AttentionLayerSpec,
     DraftHeadSpec,
     HiddenStatesSpec,
+    OwnedPagesSpec,
     PatchMergeSpec,
     RecurrentStateSpec,
     RuntimeSpec,
@@ -91,6 +93,7 @@ def runtime_spec_for(
         hidden_states=_hidden_states(config, functions),
         draft_head=_draft_head(config),
         vision=vision,
+        owned_pages=_owned_pages(model, config, functions),
     )
 
 
@@ -151,6 +154,15 @@ def _draft_head(config: Any) -> DraftHeadSpec | None:
         getattr(config, "draft_vocab_size", config.vocab_size),
         tuple(getattr(config, "eagle_aux_hidden_state_layer_ids", ())),
     )
+
+
+def _owned_pages(model: PagedCausalLM, config: Any, functions: list[str]) -> OwnedPagesSpec | None:
+    """The pages of a model that exports the owned-page functions (every layer full
+    attention: model_defs/owned_kv.py refuses the others)."""
+    if OWNED_DECODE not in functions:
+        return None
+    _, kv_heads = model.cache_heads()
+    return OwnedPagesSpec(config.num_hidden_layers, kv_heads, config.head_dim)
 
 
 def _vision(config: Any, functions: list[str]) -> VisionSpec | None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from vllm_tvm.artifacts.owned_kv import OWNED_DECODE_MAX_BATCH
+from vllm_tvm.artifacts.runtime_spec import OwnedPagesSpec
 from vllm_tvm.runtime.kv.decode_step_buffers import DecodeStepBuffers
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig
 from vllm_tvm.runtime.kv.owned_pages import OwnedPageTable
@@ -75,7 +76,7 @@ class OwnedKVCache:
     def __init__(
         self,
         config: KVCacheConfig,
-        model_config: dict[str, Any],
+        spec: OwnedPagesSpec,
         dtype: str,
         max_model_len: int,
         empty: Callable[[tuple[int, ...], str], Any],
@@ -86,8 +87,8 @@ class OwnedKVCache:
         self.config = config
         page = config.page_size
         num_pages = -(-config.max_total_seq_len // page)
-        shape = (num_pages, 2, model_config["num_key_value_heads"], page, model_config["head_dim"])
-        self.pages = [empty(shape, dtype) for _ in range(model_config["num_hidden_layers"])]
+        shape = (num_pages, 2, spec.kv_heads, page, spec.head_dim)
+        self.pages = [empty(shape, dtype) for _ in range(spec.layers)]
         self.table = OwnedPageTable(num_pages, page)
         self._pages_per_row = -(-max_model_len // page)
         self._to_device = to_device

@@ -122,13 +122,14 @@ class ModelRunner(Runner):
         self._held_inputs: list[Any] = []
 
     def _new_kv_cache(self) -> PagedKVCache | OwnedKVCache:
-        """Pages the runner owns when the artifact exports `decode_owned` (unless
+        """Pages the runner owns when the runtime spec has `owned_pages` (unless
         `OWNED_KV_ENV` is "0"), else TVM's cache."""
-        if OWNED_DECODE not in self.manifest.functions or owned_kv_setting() == "0":
+        owned = self.spec.owned_pages
+        if owned is None or owned_kv_setting() == "0":
             return PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
         return OwnedKVCache(
             self.kv_config,
-            self.manifest.model_config,
+            owned,
             self.manifest.dtype,
             self.max_model_len,
             lambda shape, dtype: self._tvm.runtime.empty(shape, dtype, self.device),
