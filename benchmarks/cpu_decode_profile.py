@@ -24,12 +24,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpu_peers import INT8_DEFAULT, default_gguf, machine, versions
+from cpu_peers import INT8_DEFAULT, default_gguf
+from cpu_quant_gemv import write_report
 
 PHASES = ("embed", "begin_forward", "decode_single", "end_forward", "argmax")
 
@@ -198,19 +198,7 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     result = profile(args)
-    report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "versions": versions(),
-        "settings": vars(args) | {"out": str(args.out)},
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg(),
-        "summary": summarize(result["repeats"]),
-        **result,
-    }
-    text = json.dumps(report, indent=1, default=str)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    report = write_report(args, load_before, summary=summarize(result["repeats"]), **result)
     print(json.dumps(report["summary"], indent=1))
     for symbol, share in report.get("kernels", {}).items():
         print(

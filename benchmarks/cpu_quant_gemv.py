@@ -135,9 +135,11 @@ def interleaved_rounds(
     return raw
 
 
-def write_report(args: argparse.Namespace, load_before: tuple[float, ...], **fields: Any) -> None:
+def write_report(
+    args: argparse.Namespace, load_before: tuple[float, ...], **fields: Any
+) -> dict[str, Any]:
     """The run's JSON (date, machine, versions, settings, load averages, `fields`) to
-    `args.out`, where given."""
+    `args.out`, where given (paths and other values as their text); the report."""
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -149,7 +151,8 @@ def write_report(args: argparse.Namespace, load_before: tuple[float, ...], **fie
     }
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return report
 
 
 def main() -> None:
