@@ -38,7 +38,6 @@ from h200_vision_mtp_check import (
     TARGET,
     VISION_DTYPES,
     _compile,
-    _finished,
     _fresh,
     build_or_run,
 )
@@ -126,6 +125,7 @@ def _hf_greedy(hf: Any, expanded: list[int], processed: Any, image_token_id: int
 def check_vision(root: Path, dtype: str) -> dict[str, Any]:
     import torch
     import transformers
+    from engine_helpers import run_to_completion
 
     from vllm_tvm.entrypoints.llm import LLM
     from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -168,7 +168,7 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
             }
         )
         request_id = llm.engine.add_request(None, ids, greedy, images=images)
-        output = _finished(llm)[request_id]
+        output = run_to_completion(llm)[request_id]
         theirs = _hf_greedy(hf, list(output.prompt_token_ids), processed, tokens_of["image"])
         ours = list(output.outputs[0].token_ids)
         report["rows"].append(

@@ -107,6 +107,7 @@ def _image_features(hf: Any, pixel_values: Any) -> Any:
 def check_vision(root: Path, dtype: str) -> dict[str, Any]:
     import torch
     import transformers
+    from engine_helpers import run_to_completion
     from transformers_greedy import greedy_tokens
 
     from vllm_tvm.entrypoints.llm import LLM
@@ -132,7 +133,7 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
         report["encoder_max_abs_diff"].append(diff)
         decoded = [DecodedImage(pixels=image, part_index=0) for image in images]
         request_id = llm.engine.add_request(None, ids, greedy, images=decoded)
-        output = _finished(llm)[request_id]
+        output = run_to_completion(llm)[request_id]
         expanded = list(output.prompt_token_ids)
         theirs = greedy_tokens(
             hf,
@@ -147,15 +148,6 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
         )
     report["rows_equal"] = sum(row["equal"] for row in report["rows"])
     return report
-
-
-def _finished(llm: Any) -> dict[str, Any]:
-    finished = {}
-    while llm.engine.has_unfinished:
-        for output in llm.engine.step():
-            if output.finished:
-                finished[output.request_id] = output
-    return finished
 
 
 def check_mtp(root: Path) -> dict[str, Any]:
