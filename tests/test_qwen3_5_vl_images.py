@@ -95,3 +95,20 @@ def test_runtime_spec_records_the_learned_position_layout(llm: LLM, checkpoint) 
     assert layout.position_embeddings == 16
     assert spec.vision.image_token_id == checkpoint.image_token_id
     assert spec.recurrent_state and not spec.prefix_caching
+
+
+def test_video_parts_stay_refused_by_name(llm: LLM) -> None:
+    part = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]
+    with pytest.raises(ValueError, match="unsupported content part 'video_url'"):
+        llm.chat(messages, SamplingParams(max_tokens=1))
+
+
+def test_speculative_decoding_with_the_vision_tower_is_refused_by_name(checkpoint) -> None:
+    with pytest.raises(ValueError, match="speculative decoding is not supported for a model "):
+        LLM(
+            checkpoint.path,
+            device="cpu",
+            show_progress=False,
+            speculative_config={"method": "ngram", "num_speculative_tokens": 2},
+        )
