@@ -63,6 +63,14 @@ def tiny_qwen2_5_vlm(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3_5_vlm(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny random Qwen3_5ForConditionalGeneration (tiny_qwen_vlm.py), made once per run."""
+    from tiny_qwen_vlm import qwen3_5_vlm_checkpoint
+
+    return qwen3_5_vlm_checkpoint(tmp_path_factory.mktemp("qwen3_5_vlm"))
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen2_5_vlm_oracle(tiny_qwen2_5_vlm):
     """transformers' Qwen2_5_VLForConditionalGeneration on the tiny checkpoint (fp32, never
     stopping at an end-of-sequence token), loaded once per run."""

@@ -74,7 +74,10 @@ def image_prefill_logits(llm: LLM, ids: list[int], images: list, rope: bool = Fa
     request = llm.engine.make_request(ids, SamplingParams(temperature=0.0), images=images)
     expanded = request.prompt_token_ids
     prompt_images = request.seqs[0].images
-    extra = {"rope_positions": prompt_images.positions(0, len(expanded))} if rope else {}
+    extra: dict = {"rope_positions": prompt_images.positions(0, len(expanded))} if rope else {}
+    if llm.runner.spec.recurrent_state:  # an idle engine holds no slot; a taken one is zeroed
+        llm.runner.recurrent_pool.zero_slot(0)
+        extra["recurrent_slots"] = [0]
     llm.runner.kv_cache.add_sequence(seq_id)
     try:
         logits = llm.runner.prefill_logits(

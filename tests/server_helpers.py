@@ -14,6 +14,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,27 @@ class LiveServer:
         """Shut the server down and wait for its thread."""
         self._server.should_exit = True
         self._thread.join(timeout=30)
+
+
+@contextmanager
+def live_server(path: Path, model_name: str, **config: Any) -> Iterator[LiveServer]:
+    """A server of its own engine over the checkpoint at `path` (compiled, or found in the
+    artifact cache), served as `model_name` with the `ServerConfig` options `config`."""
+    artifact = resolve_artifact(CompileOptions(path), show_progress=False)
+    args = EngineArgs(model=str(path), artifact=artifact, show_progress=False, seed=0)
+    engine = AsyncEngine(LLMEngine.from_args(args))
+    server_config = ServerConfig(
+        engine=EngineArgs(model=str(path)),
+        served_model_name=[model_name],
+        enable_log_requests=False,
+        **config,
+    )
+    live = LiveServer(ServingContext(engine, server_config))
+    try:
+        yield live
+    finally:
+        live.stop()
+        engine.shutdown()
 
 
 @dataclass

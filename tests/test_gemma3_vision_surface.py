@@ -24,18 +24,11 @@ import openai
 import pytest
 from gemma3_vision_helpers import gemma3_oracle, oracle_tokens
 from PIL import Image
-from server_helpers import LiveServer
+from server_helpers import live_server
 
-from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.entrypoints.resolve import resolve_artifact
-from vllm_tvm.runtime.engine.args import EngineArgs
-from vllm_tvm.runtime.engine.async_engine import AsyncEngine
-from vllm_tvm.runtime.engine.llm_engine import LLMEngine
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
 from vllm_tvm.runtime.sampling.params import SamplingParams
-from vllm_tvm.server.config import ServerConfig
-from vllm_tvm.server.serving import ServingContext
 
 pytestmark = pytest.mark.slow
 
@@ -68,22 +61,14 @@ def llm(tiny_gemma3_vlm) -> LLM:
 
 @pytest.fixture(scope="module")
 def server(tiny_gemma3_vlm):
-    path = tiny_gemma3_vlm.path
-    artifact = resolve_artifact(CompileOptions(path), show_progress=False)
-    args = EngineArgs(model=str(path), artifact=artifact, show_progress=False, seed=0)
-    engine = AsyncEngine(LLMEngine.from_args(args))
-    config = ServerConfig(
-        engine=EngineArgs(model=str(path)),
-        served_model_name=[MODEL_NAME],
-        enable_log_requests=False,
+    with live_server(
+        tiny_gemma3_vlm.path,
+        MODEL_NAME,
         limit_mm_per_prompt={"image": 2},
         image_fetch_timeout=2.0,
         allowed_media_domains=["127.0.0.1"],
-    )
-    live = LiveServer(ServingContext(engine, config))
-    yield live
-    live.stop()
-    engine.shutdown()
+    ) as live:
+        yield live
 
 
 def test_llm_chat_with_an_image_equals_transformers(llm: LLM, tiny_gemma3_vlm) -> None:

@@ -147,11 +147,14 @@ def test_prefill_then_greedy_decode_matches_transformers(models) -> None:
         assert pool.numpy()[SLOT].any()
 
 
-def test_a_multimodal_checkpoint_is_read_as_its_text_tower(tmp_path) -> None:
+def test_a_multimodal_checkpoint_reads_its_text_tower_and_vision_tower(tmp_path) -> None:
     """Qwen3.5's multimodal checkpoint: the decoder's config is `text_config` (the head's
-    tie at the top level) and every decoder tensor is found under the text tower's prefix,
-    its shape what the definition wants; only the vision tower is left unread."""
+    tie at the top level), every decoder tensor is found under the text tower's prefix and
+    every vision tensor under `model.visual.`, each shape what the definition wants; every
+    tensor of the checkpoint is read."""
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from vllm_tvm.model_defs.qwen3_5_vl import Qwen3_5VLForConditionalGeneration
 
     vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 16, "num_heads": 1}
     text = {**SHAPE, "rope_parameters": {**ROPE, "mrope_section": [1, 1, 0]}}
@@ -160,19 +163,23 @@ def test_a_multimodal_checkpoint_is_read_as_its_text_tower(tmp_path) -> None:
     )
     Qwen3_5ForConditionalGeneration(hf_config).save_pretrained(tmp_path)
     weights = load_file(tmp_path / "model.safetensors")
-    config = HYBRID.parse_config(json.loads((tmp_path / "config.json").read_text()))
+    family = DEFINITIONS["hybrid-vl"]
+    config = family.parse_config(json.loads((tmp_path / "config.json").read_text()))
     assert (config.decoder_architecture, config.tie_word_embeddings) == (QWEN3_5, False)
     assert config.layer_types == tuple(SHAPE["layer_types"])
     target = tvm.target.Target("llvm")
-    model = HybridForCausalLM(config, "float32", target, kernels=TargetRecurrentKernels(target))
-    sources_of = HYBRID.sources_for(config)
+    model = Qwen3_5VLForConditionalGeneration(
+        config, "float32", target, kernels=TargetRecurrentKernels(target)
+    )
+    sources_of = family.sources_for(config)
     read = set()
     for name, param in model.named_parameters():
         sources, axis = sources_of(name)
         arrays = [weights[source] for source in sources]
         assert np.concatenate(arrays, axis=axis).size == np.prod(param.shape), name
         read.update(sources)
-    assert {name for name in weights if not name.startswith("model.visual.")} == read
+    assert set(weights) == read
+    assert any(name.startswith("model.visual.") for name in read)
 
 
 def test_a_ragged_batch_in_two_chunks_then_batched_decode_matches_transformers(models) -> None:

@@ -99,15 +99,19 @@ class DraftHeadSpec:
 
 @dataclass(frozen=True)
 class PatchMergeSpec:
-    """An encoder over patches of images at their own resolution (Qwen2.5-VL): what the
-    runtime needs to lay its inputs out (runtime/multimodal/patch_merge_layout.py)."""
+    """An encoder over patches of images at their own resolution (Qwen2.5-VL, Qwen3.5): what
+    the runtime needs to lay its inputs out (runtime/multimodal/)."""
 
     patch_size: int
     """Pixels on a patch's side."""
     spatial_merge_size: int
     """Patches on the side of the square that becomes one soft token."""
     window_size: int
-    """Pixels on the side of an attention window."""
+    """Pixels on the side of an attention window (0: none, full attention per frame)."""
+    position_embeddings: int = 0
+    """Entries of the learned position table the encoder resamples to each image's grid
+    (Qwen3.5: runtime/multimodal/learned_position_layout.py); 0: none, the encoder takes
+    attention windows (Qwen2.5-VL: patch_merge_layout.py)."""
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.gated_delta_net import STATE_DTYPE
 from vllm_tvm.model_defs.gemma3_multimodal import ENCODE_IMAGES
 from vllm_tvm.model_defs.qwen2_5_vl import Qwen2_5_VLConfig
+from vllm_tvm.model_defs.qwen3_5_vl import Qwen3_5VLConfig
 from vllm_tvm.model_defs.qwen3_next import HybridForCausalLM
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -167,11 +168,12 @@ def _owned_pages(model: PagedCausalLM, config: Any, functions: list[str]) -> Own
 
 def _vision(config: Any, functions: list[str]) -> VisionSpec | None:
     """The image encoder of a model that exports one (model_defs/gemma3_multimodal.py,
-    qwen2_5_vl.py)."""
+    qwen2_5_vl.py, qwen3_5_vl.py)."""
     if ENCODE_IMAGES not in functions:
         return None
-    if isinstance(config, Qwen2_5_VLConfig):
+    if isinstance(config, Qwen2_5_VLConfig | Qwen3_5VLConfig):
         vision = config.vision
+        learned = isinstance(config, Qwen3_5VLConfig)
         return VisionSpec(
             encoder_function=ENCODE_IMAGES,
             image_size=None,
@@ -180,7 +182,10 @@ def _vision(config: Any, functions: list[str]) -> VisionSpec | None:
             begin_image_token_id=config.vision_start_token_id,
             end_image_token_id=config.vision_end_token_id,
             patch_merge=PatchMergeSpec(
-                vision.patch_size, vision.spatial_merge_size, vision.window_size
+                vision.patch_size,
+                vision.spatial_merge_size,
+                0 if learned else vision.window_size,
+                position_embeddings=vision.num_position_embeddings if learned else 0,
             ),
             multimodal_rope=True,
         )

@@ -24,6 +24,7 @@ from vllm_tvm.model_defs import (
     llama,
     moe,
     qwen2_5_vl,
+    qwen3_5_vl,
     qwen3_next,
 )
 from vllm_tvm.model_defs.checkpoint_layout import CheckpointLayout
@@ -33,6 +34,7 @@ from vllm_tvm.model_defs.gemma3_multimodal import parse_gemma3_multimodal_config
 from vllm_tvm.model_defs.learned_positions_config import parse_learned_position_config
 from vllm_tvm.model_defs.moe_config import parse_moe_config
 from vllm_tvm.model_defs.qwen2_5_vl import parse_qwen2_5_vl_config
+from vllm_tvm.model_defs.qwen3_5_vl import parse_qwen3_5_vl_config
 from vllm_tvm.model_defs.qwen3_next_config import parse_hybrid_config
 
 WeightSources = Callable[[str], tuple[list[str], int]]
@@ -153,6 +155,15 @@ _HYBRID_FAMILY = ModelFamily(
     recurrent=True,
 )
 
+_HYBRID_VL_FAMILY = ModelFamily(
+    name="hybrid-vl",
+    parse_config=parse_qwen3_5_vl_config,
+    build_model=qwen3_5_vl.Qwen3_5VLForConditionalGeneration,
+    weight_sources=llama.fused_weight_sources,
+    config_weight_sources=qwen3_5_vl.qwen3_5_vl_weight_sources,
+    recurrent=True,
+)
+
 DEFINITIONS: dict[str, ModelFamily] = {
     family.name: family
     for family in (
@@ -165,12 +176,14 @@ DEFINITIONS: dict[str, ModelFamily] = {
         _GEMMA3_MULTIMODAL,
         _QWEN2_5_VL,
         _HYBRID_FAMILY,
+        _HYBRID_VL_FAMILY,
     )
 }
 """The model definitions by the name a family module's `definition` gives
 (`llama-prefused`: checkpoints that store q/k/v and gate/up fused; `gemma3-multimodal`: the
 decoder of a multimodal Gemma 3 checkpoint with its vision tower; `qwen2_5_vl`: Qwen2.5-VL's
-M-RoPE decoder with its vision tower)."""
+M-RoPE decoder with its vision tower; `hybrid-vl`: Qwen3.5's hybrid decoder with M-RoPE and
+its vision tower)."""
 
 
 def family_for(config: dict[str, Any]) -> ModelFamily:

@@ -29,11 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache, RopeMode
 
 from vllm_tvm.model_defs.layers import NTLinear
+from vllm_tvm.model_defs.rotary import SectionedPositions, rotate_by_model
 
 NORM_DTYPE = "float32"
 
@@ -105,6 +107,10 @@ class GatedAttention(nn.Module):
         self.o_proj = NTLinear(o.num_q_heads * o.head_dim, o.hidden_size, o.bias, dtype)
         self.q_norm = ZeroCentredRMSNorm(o.head_dim, o.rms_norm_eps, dtype)
         self.k_norm = ZeroCentredRMSNorm(o.head_dim, o.rms_norm_eps, dtype)
+        self.model_rope: tuple[np.ndarray, float] | None = None
+        """(inverse frequencies, cos/sin factor) when the model rotates q/k (module doc)."""
+        self.sectioned_positions: SectionedPositions | None = None
+        """The M-RoPE streams of a forward that takes them (with `model_rope`)."""
 
     def forward(self, hidden: Tensor, kv_cache: PagedKVCache, layer_id: int) -> Tensor:
         """hidden [1, n, hidden] (ragged prefill) or [batch, 1, hidden] (decode)."""
@@ -118,6 +124,11 @@ class GatedAttention(nn.Module):
         k = op.reshape(k, (batch, seq_len, o.num_kv_heads, o.head_dim))
         v = op.reshape(v, (batch, seq_len, o.num_kv_heads, o.head_dim))
         qkv = op.concat([self.q_norm(q), self.k_norm(k), v], dim=2)
+        if self.model_rope is not None:
+            rotating_heads = o.num_q_heads + o.num_kv_heads
+            qkv = rotate_by_model(
+                qkv, kv_cache, self.model_rope, self.sectioned_positions, rotating_heads
+            )
         attn = kv_cache.attention_with_fused_qkv(
             layer_id, qkv, o.num_q_heads, sm_scale=o.head_dim**-0.5
         )

@@ -42,7 +42,7 @@ from vllm_tvm.model_defs.rope_scaling import (
     model_applied_rope,
     rope_frequencies,
 )
-from vllm_tvm.model_defs.rotary import apply_rotary, apply_sectioned_rotary
+from vllm_tvm.model_defs.rotary import SectionedPositions, rotate_by_model
 from vllm_tvm.model_defs.tensor_parallel import rank_widths, shards_of
 
 FUSED_PROJECTIONS = {
@@ -57,18 +57,6 @@ class BlockAttention(Protocol):
     def __call__(
         self, qkv: Tensor, causal: Tensor, q_heads: int, kv_heads: int, sm_scale: float
     ) -> Tensor: ...
-
-
-class SectionedPositions:
-    """The explicit position streams of the forward being traced (not a module: a
-    definition with multi-section RoPE sets them while exporting the forward that takes
-    them, nothing after; rotary.py's `apply_sectioned_rotary`)."""
-
-    def __init__(self, sections: tuple[int, ...]) -> None:
-        self.sections = sections
-        """Frequencies rotated by each stream, in order."""
-        self.positions: Tensor | None = None
-        """[streams, tokens] int32; None: every stream is the cache's position."""
 
 
 class LlamaAttention(nn.Module):
@@ -130,15 +118,10 @@ class LlamaAttention(nn.Module):
         if self.q_norm is not None and self.qk_norm_scope == "head":
             qkv = self._normed_qkv(qkv)
         if self.model_rope is not None:
-            inv_freq, cos_sin_factor = self.model_rope
             rotating_heads = self.num_q_heads + self.num_kv_heads
-            sectioned = self.sectioned_positions
-            if sectioned is not None and sectioned.positions is not None:
-                qkv = apply_sectioned_rotary(
-                    qkv, sectioned.positions, inv_freq, sectioned.sections, rotating_heads
-                )
-            else:
-                qkv = apply_rotary(qkv, kv_cache, inv_freq, cos_sin_factor, rotating_heads)
+            qkv = rotate_by_model(
+                qkv, kv_cache, self.model_rope, self.sectioned_positions, rotating_heads
+            )
         attn = kv_cache.attention_with_fused_qkv(
             layer_id, qkv, self.num_q_heads, sm_scale=self.sm_scale
         )

@@ -27,7 +27,7 @@ tower under `visual.` (what transformers 5 saves, and the released checkpoints).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor
@@ -41,13 +41,15 @@ from vllm_tvm.model_defs.config import (
     parse_llama_family_config,
 )
 from vllm_tvm.model_defs.gemma3_multimodal import ENCODE_IMAGES, PREFILL_IMAGES
-from vllm_tvm.model_defs.llama import LlamaForCausalLM, SectionedPositions, fused_weight_sources
+from vllm_tvm.model_defs.llama import LlamaForCausalLM, fused_weight_sources
 from vllm_tvm.model_defs.qwen2_5_vision import (
     QwenVisionConfig,
+    QwenVisionShape,
     QwenVisionTower,
     parse_qwen_vision_config,
 )
 from vllm_tvm.model_defs.rope_scaling import rope_frequencies
+from vllm_tvm.model_defs.rotary import SectionedPositions
 
 VISION_PREFIX = "visual."
 MERGER_NAMES = {
@@ -79,27 +81,38 @@ def parse_qwen2_5_vl_config(
         raise ModelConfigError(
             f"unsupported rope type '{text.rope_type}' with M-RoPE; supported: default"
         )
-    section = mrope_section(config)
+    vision = parse_qwen_vision_config(config.get("vision_config") or {}, ModelConfigError)
+    return with_vision(Qwen2_5_VLConfig, text, config, mrope_section(config), vision)
+
+
+IMAGE_TOKEN_KEYS = ("image_token_id", "vision_start_token_id", "vision_end_token_id")
+MultimodalConfig = TypeVar("MultimodalConfig", bound=LlamaFamilyConfig)
+
+
+def with_vision(
+    record: type[MultimodalConfig],
+    text: LlamaFamilyConfig,
+    config: dict[str, Any],
+    section: tuple[int, ...],
+    vision: QwenVisionShape,
+) -> MultimodalConfig:
+    """`text`'s fields as `record` (a Qwen multimodal config: `vision`, `mrope_section` and
+    the image tokens) with the M-RoPE `section`, the tower and `config`'s image tokens (the
+    record's defaults where it names none); sections that do not cover the rotary
+    frequencies and a tower of another width than the text are refused by name."""
     if sum(section) * 2 != text.rotary_dim:
         raise ModelConfigError(
-            f"unsupported mrope_section {list(section)}: its sum must be half the head "
+            f"unsupported mrope_section {list(section)}: its sum must be half the rotary "
             f"dimension {text.rotary_dim}"
         )
-    vision = parse_qwen_vision_config(config.get("vision_config") or {}, ModelConfigError)
     if vision.out_hidden_size != text.hidden_size:
         raise ModelConfigError(
             f"vision_config.out_hidden_size {vision.out_hidden_size} differs from the text "
             f"hidden_size {text.hidden_size}"
         )
     fields = {name: getattr(text, name) for name in text.__dataclass_fields__}
-    return Qwen2_5_VLConfig(
-        **fields,
-        vision=vision,
-        mrope_section=section,
-        image_token_id=int(config.get("image_token_id", 151_655)),
-        vision_start_token_id=int(config.get("vision_start_token_id", 151_652)),
-        vision_end_token_id=int(config.get("vision_end_token_id", 151_653)),
-    )
+    tokens = {key: int(config.get(key, getattr(record, key))) for key in IMAGE_TOKEN_KEYS}
+    return record(**fields, vision=vision, mrope_section=section, **tokens)
 
 
 class Qwen2_5_VLForConditionalGeneration(LlamaForCausalLM):
@@ -143,23 +156,13 @@ class Qwen2_5_VLForConditionalGeneration(LlamaForCausalLM):
         kv_cache: PagedKVCache,
     ) -> tuple[Tensor, PagedKVCache]:
         """`prefill` with every token rotated at its `rope_positions` [3, tokens]."""
-        self.sectioned_positions.positions = rope_positions
-        try:
+        with self.sectioned_positions.given(rope_positions):
             return self.prefill(input_embed, logit_positions, kv_cache)
-        finally:
-            self.sectioned_positions.positions = None
 
     def export_spec(self) -> dict[str, Any]:
         vision = self.config.vision
         spec = super().export_spec()
         prefill = spec["prefill"]
-        image_prefill = {
-            "input_embed": prefill["input_embed"],
-            "logit_positions": prefill["logit_positions"],
-            "rope_positions": nn.spec.Tensor([3, "seq_len"], "int32"),
-            "kv_cache": prefill["kv_cache"],
-            "$": prefill["$"],
-        }
         unit = vision.merge_unit
         encoder = {
             "patches": nn.spec.Tensor(["num_units", unit, vision.patch_width], self.dtype),
@@ -170,7 +173,18 @@ class Qwen2_5_VLForConditionalGeneration(LlamaForCausalLM):
             "window_segments": nn.spec.Tensor(["num_units", unit], "int32"),
             "$": prefill["$"],
         }
-        return {**spec, PREFILL_IMAGES: image_prefill, ENCODE_IMAGES: encoder}
+        return {**spec, PREFILL_IMAGES: with_rope_positions(prefill), ENCODE_IMAGES: encoder}
+
+
+def with_rope_positions(prefill: dict[str, Any]) -> dict[str, Any]:
+    """The image prefill's signature: `prefill`'s with the M-RoPE positions [3, tokens]
+    after the logit positions (where the runtime passes them)."""
+    spec: dict[str, Any] = {}
+    for name, argument in prefill.items():
+        spec[name] = argument
+        if name == "logit_positions":
+            spec["rope_positions"] = nn.spec.Tensor([3, "seq_len"], "int32")
+    return spec
 
 
 def qwen2_5_vl_weight_sources(param_name: str) -> tuple[list[str], int]:

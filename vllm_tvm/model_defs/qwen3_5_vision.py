@@ -30,6 +30,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
 from vllm_tvm.model_defs.layers import NTLinear
+from vllm_tvm.model_defs.learned_positions import LayerNorm
 from vllm_tvm.model_defs.qwen2_5_vision import (
     QwenVisionShape,
     VisionTowerParts,
@@ -91,8 +92,9 @@ def qwen3_5_vision_weight_source(param_name: str, prefix: str = "") -> str:
     return prefix + PATCH_KERNEL_SOURCES.get(local, local)
 
 
-def _layer_norm(size: int, dtype: str) -> nn.LayerNorm:
-    return nn.LayerNorm(size, LAYER_NORM_EPS, dtype=dtype)
+def _layer_norm(size: int, dtype: str) -> LayerNorm:
+    """In fp32 whatever the dtype (TVM's layer_norm does not lower bfloat16)."""
+    return LayerNorm(size, LAYER_NORM_EPS, dtype)
 
 
 class VisionMLP(nn.Module):

@@ -120,7 +120,8 @@ def _sparse_layers(config: dict[str, Any], architecture: str, layers: int) -> tu
 
 def _rope(config: dict[str, Any]) -> tuple[float, float]:
     """(rope_theta, partial_rotary_factor); text positions only, so Qwen3.5's multimodal
-    sections rotate as plain RoPE (one position on every axis)."""
+    sections rotate as plain RoPE (one position on every axis; the image prefill's
+    sections: qwen3_5_vl.py)."""
     rope = config.get("rope_parameters") or config
     rope_type = rope.get("rope_type") or rope.get("type") or "default"
     if rope_type != "default":

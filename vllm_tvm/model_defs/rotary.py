@@ -15,11 +15,14 @@ temporal, row and column positions of an image token; `mrope_section` frequencie
 and its vision tower two (a patch's row and column, half of the frequencies each). When
 every stream carries the same position it is the plain rotation at that position, which
 is why a forward with no image tokens can use the cache's positions (`apply_rotary`).
+Qwen3.5's M-RoPE interleaves the sections instead (frequency i of stream i mod 3 while
+that stream has frequencies left, else of the temporal stream: `interleaved`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from tvm import te, tirx
@@ -91,6 +94,66 @@ def rotate_at(
     )
 
 
+class SectionedPositions:
+    """The explicit position streams of the forward being traced (not a module: a
+    definition with multi-section RoPE sets them while exporting the forward that takes
+    them, nothing after; `rotate_by_model`)."""
+
+    def __init__(self, sections: tuple[int, ...], interleaved: bool = False) -> None:
+        self.sections = sections
+        """Frequencies rotated by each stream."""
+        self.interleaved = interleaved
+        """Whether the streams' frequencies interleave (Qwen3.5) or follow each other."""
+        self.positions: Tensor | None = None
+        """[streams, tokens] int32; None: every stream is the cache's position."""
+
+    @contextmanager
+    def given(self, positions: Tensor) -> Iterator[None]:
+        """The forward traced inside rotates at `positions`; none traced after does."""
+        self.positions = positions
+        try:
+            yield
+        finally:
+            self.positions = None
+
+
+def rotate_by_model(
+    qkv: Tensor,
+    kv_cache: PagedKVCache,
+    rope: tuple[np.ndarray, float],
+    sectioned: SectionedPositions | None,
+    rotating_heads: int,
+) -> Tensor:
+    """Rotate the q and k heads of `qkv` [b, s, heads, head_dim] by `rope` (inverse
+    frequencies, cos/sin factor): at the sectioned positions when the forward being traced
+    set them, else at the cache's positions."""
+    inv_freq, cos_sin_factor = rope
+    if sectioned is not None and sectioned.positions is not None:
+        return apply_sectioned_rotary(
+            qkv,
+            sectioned.positions,
+            inv_freq,
+            sectioned.sections,
+            rotating_heads,
+            interleaved=sectioned.interleaved,
+        )
+    return apply_rotary(qkv, kv_cache, inv_freq, cos_sin_factor, rotating_heads)
+
+
+def _interleaved_section_of(frequency: tirx.Expr, sections: tuple[int, ...]) -> tirx.Expr:
+    """Stream of frequency index `frequency` when the streams interleave: stream s > 0
+    takes the indices of residue s modulo the stream count below `streams * sections[s]`,
+    stream 0 every other (transformers' Qwen3.5 `recomposition_frequencies`)."""
+    streams = len(sections)
+    stream: tirx.Expr = tirx.IntImm("int32", 0)
+    for index in range(streams - 1, 0, -1):
+        taken = tirx.all(
+            tirx.floormod(frequency, streams) == index, frequency < streams * sections[index]
+        )
+        stream = tirx.Select(taken, tirx.IntImm("int32", index), stream)
+    return stream
+
+
 def _section_of(frequency: tirx.Expr, sections: tuple[int, ...]) -> tirx.Expr:
     """Index of the section that frequency index `frequency` falls in."""
     stream: tirx.Expr = tirx.IntImm("int32", len(sections) - 1)
@@ -107,18 +170,21 @@ def apply_sectioned_rotary(
     inv_freq: np.ndarray,
     sections: tuple[int, ...],
     rotating_heads: int,
+    interleaved: bool = False,
 ) -> Tensor:
     """Rotate the q and k heads of `qkv` [b, s, heads, head_dim]: frequency i by the
-    position stream of its section, `positions` [streams, b * s] (int32)."""
+    position stream of its section, `positions` [streams, b * s] (int32); `interleaved`:
+    the sections interleave (`_interleaved_section_of`)."""
     if sum(sections) != len(inv_freq) or positions.shape[0] != len(sections):
         raise ValueError(
             f"rotary sections {sections} must cover the {len(inv_freq)} frequencies, one "
             "position stream each"
         )
+    section_of = _interleaved_section_of if interleaved else _section_of
     return op.tensor_expr_op(
         lambda x, pos, freq: _rotate(
             x,
-            lambda token, frequency: pos[_section_of(frequency, sections), token],
+            lambda token, frequency: pos[section_of(frequency, sections), token],
             freq,
             rotating_heads,
             1.0,

@@ -1,6 +1,7 @@
 """Qwen3-Next and Qwen3.5 / Qwen3.6 (dense and MoE): hybrids of Gated DeltaNet linear
-attention and gated full attention (model_defs/qwen3_next.py), and the text towers of the
-multimodal Qwen3.5 / Qwen3.6 checkpoints.
+attention and gated full attention (model_defs/qwen3_next.py), and the multimodal Qwen3.5 /
+Qwen3.6 checkpoints: that decoder as their text tower with M-RoPE and the vision tower
+(model_defs/qwen3_5_vl.py).
 
 Served through the recurrent-state pool beside the paged KV cache (runtime/kv/
 recurrent_pool.py), whose slots and pools the runner hands the compiled forwards
@@ -22,11 +23,10 @@ TEXT_TOWERS = {
     "Qwen3_5ForConditionalGeneration": QWEN3_5,
     "Qwen3_5MoeForConditionalGeneration": QWEN3_5_MOE,
 }
-"""Multimodal checkpoints served as their decoder (config in `text_config`, weights under
-TEXT_TOWER_PREFIX); the vision tower is never read and image input stays refused."""
+"""Multimodal checkpoints and the causal LM of their decoder (config in `text_config`,
+weights under TEXT_TOWER_PREFIX; the vision tower beside it)."""
 TEXT_TOWER_PREFIX = "model.language_model."
 DECODER_PREFIX = "model."
-HYBRID_ARCHITECTURES = (QWEN3_NEXT, QWEN3_5, QWEN3_5_MOE, *TEXT_TOWERS)
 
 
 def decoder_architecture(architecture: str) -> str:
@@ -58,8 +58,13 @@ def checkpoint_name(architecture: str, param_name: str) -> str:
 FAMILIES = (
     FamilySpec(
         name="qwen3-next",
-        architectures=HYBRID_ARCHITECTURES,
+        architectures=(QWEN3_NEXT, QWEN3_5, QWEN3_5_MOE),
         definition="hybrid",
         gguf=delta_net_architectures(QWEN3_NEXT, QWEN3_5, QWEN3_5_MOE),
+    ),
+    FamilySpec(
+        name="qwen3_5-vl",
+        architectures=tuple(TEXT_TOWERS),
+        definition="hybrid-vl",
     ),
 )

@@ -1,5 +1,5 @@
-"""The images of a request for a patch-merging vision tower (Qwen2.5-VL): each image at its
-own resolution, so each has its own number of soft tokens.
+"""The images of a request for a patch-merging vision tower (Qwen2.5-VL, Qwen3.5): each image
+at its own resolution, so each has its own number of soft tokens.
 
 Why a subclass of the fixed-size intake (image_intake.py): the checks and the refusals are
 the same; what differs is the placeholder and its expansion, and what the encoder and the
@@ -8,7 +8,8 @@ image part is `<|vision_start|><|image_pad|><|vision_end|>` and each image pad b
 many image pads as the image makes soft tokens (its patch grid over merge²); a prompt of
 token ids gets the same expansion of each single image-pad id (a run already as long as
 its image is kept). The prompt's M-RoPE positions and rope delta are settled here, with
-its tokens (runtime/multimodal/patch_merge_layout.py).
+its tokens (runtime/multimodal/patch_merge_layout.py); the encoder's index layout is
+Qwen2.5-VL's windows or Qwen3.5's learned-position taps, as the artifact's spec says.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vllm_tvm.artifacts.runtime_spec import PatchMergeSpec
 from vllm_tvm.runtime.engine.image_intake import ImageIntake, pixel_digest
 from vllm_tvm.runtime.multimodal.image_decoding import DecodedImage
+from vllm_tvm.runtime.multimodal.learned_position_layout import learned_position_layout
 from vllm_tvm.runtime.multimodal.patch_merge_layout import (
     encoder_layout,
     image_runs,
@@ -139,9 +142,16 @@ class PatchMergeImageIntake(ImageIntake):
             lengths=tuple(counts),
             pixel_values=patches.reshape(-1, unit, patches.shape[-1]),
             digests=digests,
-            encoder_layout=encoder_layout(
-                grids, layout.spatial_merge_size, layout.window_size, layout.patch_size
-            ).arrays(),
+            encoder_layout=encoder_inputs(grids, layout),
             rope_positions=positions,
             rope_delta=delta,
         )
+
+
+def encoder_inputs(grids: np.ndarray, layout: PatchMergeSpec) -> tuple[np.ndarray, ...]:
+    """The encoder's inputs after the patches of images of patch grids `grids`: the
+    learned position table's taps (Qwen3.5) or the attention windows (Qwen2.5-VL)."""
+    merge = layout.spatial_merge_size
+    if layout.position_embeddings:
+        return learned_position_layout(grids, merge, layout.position_embeddings).arrays()
+    return encoder_layout(grids, merge, layout.window_size, layout.patch_size).arrays()
