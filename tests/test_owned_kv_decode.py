@@ -3,15 +3,14 @@ the page table and metadata on their own, greedy tokens against transformers and
 TVM's cache on the same artifact (CPU), and the CUDA decode step lowered to one captured
 graph (no GPU needed).
 
-The CPU artifact is the tiny Llama built with `VLLM_TVM_OWNED_KV=1`; the runner calls the
-owned functions when the artifact has them, and TVM's cache with the switch at "0".
+The CPU artifact is the tiny Llama built with the `owned_kv` compile option; the runner
+calls the owned functions when the artifact has them, and TVM's cache for the same
+checkpoint built without the option.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import tvm
 from tiny_models import TINY_MODELS, load_oracle, make_tiny_model
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_KV_ENV
+from vllm_tvm.artifacts.owned_kv import OWNED_DECODE
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.export import export_model
 from vllm_tvm.compiler.pipeline import lowering_pipeline
@@ -34,19 +33,6 @@ from vllm_tvm.runtime.sampling.params import SamplingParams
 PAGE = 16
 PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Beautiful is better than ugly."]
 NEW_TOKENS = 24
-
-
-@contextmanager
-def _owned_kv(setting: str) -> Iterator[None]:
-    previous = os.environ.get(OWNED_KV_ENV)
-    os.environ[OWNED_KV_ENV] = setting
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[OWNED_KV_ENV]
-        else:
-            os.environ[OWNED_KV_ENV] = previous
 
 
 def test_page_table_shares_forked_pages_and_frees_them_last() -> None:
@@ -105,15 +91,12 @@ def test_decode_buckets_pad_up_and_refuse_past_the_largest() -> None:
 
 @pytest.fixture(scope="module")
 def owned_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A checkpoint of its own (the tiny Llama's): an engine resolves a model's artifact once
-    a process, so the owned build must not be the one other modules' engines get."""
     return make_tiny_model(TINY_MODELS["llama"], tmp_path_factory.mktemp("owned_llama"))
 
 
 @pytest.fixture(scope="module")
 def owned_llm(owned_model: Path) -> LLM:
-    with _owned_kv("1"):
-        return LLM(owned_model, device="cpu", show_progress=False)
+    return LLM(owned_model, device="cpu", owned_kv=True, show_progress=False)
 
 
 def _greedy(llm: LLM) -> list[list[int]]:
@@ -150,10 +133,9 @@ def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, owned_mo
 
 
 def test_owned_decode_logits_equal_the_cache_path(owned_llm: LLM, owned_model: Path) -> None:
-    """The same artifact through TVM's cache (switch "0" at run time): decode logits of a
-    batch of three (padded to the bucket of four) within fp32 rounding of the owned path's."""
-    with _owned_kv("0"):
-        cache_llm = LLM(owned_model, device="cpu", show_progress=False)
+    """The checkpoint built without the option (TVM's cache): decode logits of a batch of
+    three (padded to the bucket of four) within fp32 rounding of the owned path's."""
+    cache_llm = LLM(owned_model, device="cpu", show_progress=False)
     assert not isinstance(cache_llm.runner.kv_cache, OwnedKVCache)
     logits = []
     for llm in (owned_llm, cache_llm):
@@ -174,10 +156,10 @@ def test_cuda_decode_step_is_one_captured_graph(tiny_model_dir) -> None:
     """Everything after the embedding's gather (which reads the step's token ids) runs in
     the one captured region: every layer's append and attention, the GEMMs, the final norm
     and the lm head."""
-    options = CompileOptions(model=str(tiny_model_dir("llama")), target="cuda", dtype="bfloat16")
-    with _owned_kv("1"):
-        request = make_request(options)
-        mod = export_model(request).mod
+    model = str(tiny_model_dir("llama"))
+    options = CompileOptions(model=model, target="cuda", dtype="bfloat16", owned_kv=True)
+    request = make_request(options)
+    mod = export_model(request).mod
     target = request.target.make_target()
     with target, tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
         lowered = lowering_pipeline(target)(mod)
@@ -193,8 +175,25 @@ def test_cuda_decode_step_is_one_captured_graph(tiny_model_dir) -> None:
 
 def test_a_definition_not_checked_over_owned_pages_keeps_the_cache(tiny_model_dir) -> None:
     """GPT-2 (learned positions): a CUDA build not asked for owned pages exports the
-    cache's functions alone; forcing owned pages is refused by name."""
+    cache's functions alone; asking for them is refused by name."""
     options = CompileOptions(model=str(tiny_model_dir("gpt2_tied")), target="cuda")
     assert OWNED_DECODE not in export_model(make_request(options)).manifest.functions
-    with _owned_kv("1"), pytest.raises(ValueError, match="do not serve LearnedPosition"):
-        export_model(make_request(options))
+    with pytest.raises(ValueError, match=r"owned_kv: .* do not serve LearnedPosition"):
+        export_model(make_request(replace(options, owned_kv=True)))
+
+
+def test_the_option_keys_its_own_artifact_and_the_flag_sets_it(tiny_model_dir) -> None:
+    """`owned_kv` is a compile option: it changes the artifact's key, and `--owned-kv` of
+    every front end's flags sets it (off by default)."""
+    import argparse
+
+    from vllm_tvm.cli.common_args import add_compile_arguments
+    from vllm_tvm.compiler.build import cache_key_for
+
+    options = CompileOptions(model=str(tiny_model_dir("llama")))
+    owned = replace(options, owned_kv=True)
+    assert cache_key_for(make_request(options)) != cache_key_for(make_request(owned))
+    parser = argparse.ArgumentParser()
+    add_compile_arguments(parser)
+    assert parser.parse_args([]).owned_kv is False
+    assert parser.parse_args(["--owned-kv"]).owned_kv is True

@@ -65,7 +65,10 @@ class CompileOptions:
     `speculative_role`: a build a speculative method needs (speculative_roles.py), and for
     an EAGLE-3 target `aux_hidden_layers`, the layers whose inputs it exports.
     `cpu_int8_activations`: one of CPU_INT8_ACTIVATION_CHOICES (resolved by the compiler to
-    `on` or `off`).
+    `on` or `off`). `owned_kv`: the model also exports forwards over KV pages the runtime
+    owns (model_defs/owned_kv.py), which the runtime then runs in place of TVM's cache
+    (refused by name for a model they do not serve); off by default until measured faster
+    than the cache path at every batch size (docs/BENCHMARKS.md).
     """
 
     model: str | Path
@@ -80,6 +83,7 @@ class CompileOptions:
     speculative_role: str | None = None
     aux_hidden_layers: tuple[int, ...] = ()
     cpu_int8_activations: str = INT8_OFF
+    owned_kv: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "aux_hidden_layers", tuple(self.aux_hidden_layers))

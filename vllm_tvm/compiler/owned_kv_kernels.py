@@ -9,9 +9,9 @@ decode kernel is ours on CUDA; on CPUs TVM's, which takes the positions twice mo
 RoPE offsets, unused): our kernel's CPU form, exact on its own, gave wrong attention inside
 a model's module on llvm (not yet understood), so the CPU path keeps TVM's.
 
-The choice: on CUDA targets a model that can run over owned pages exports them unless
-`OWNED_KV_ENV` (artifacts/owned_kv.py) is "0"; "1" exports them on any target (the CPU
-tests check the same functions against transformers). `decode_owned` is then marked for
+The choice is the `owned_kv` compile option (artifacts/compile_options.py), on any target
+(the CPU tests check the same functions against transformers); the runtime spec's
+`owned_pages` then tells the runtime to run them. `decode_owned` is marked for
 `RewriteCUDAGraph` (`mark_owned_decode`).
 """
 
@@ -30,8 +30,6 @@ from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE,
     OWNED_DECODE_MAX_BATCH,
     OWNED_DECODE_SINGLE,
-    OWNED_KV_ENV,
-    owned_kv_setting,
 )
 from vllm_tvm.compiler.device_decode_attention import (
     OWN_KERNEL,
@@ -52,25 +50,22 @@ _OPAQUE = 8
 """relax's OpPatternKind kOpaque."""
 
 
-def owned_kv_wanted() -> bool:
-    """Whether a build exports the owned-page functions (`OWNED_KV_ENV`): only when asked.
-    Not yet by default on CUDA: its prefill runs TVM's TIR kernels, not FlashInfer's, and
-    mixed steps at b256 run slower than the cache path (measured on the H200,
-    docs/BENCHMARKS.md)."""
-    return owned_kv_setting() == "1"
-
-
-def attach_owned_kernels(model: PagedCausalLM, target: tvm.target.Target) -> None:
-    """Give `model` its owned-page kernels when it is wanted and able; a model that cannot
-    is left on the cache alone when the target's default asked, refused by name when
-    `OWNED_KV_ENV` forced it."""
-    if not owned_kv_wanted():
-        return
+def attach_owned_kernels(
+    model: PagedCausalLM,
+    target: tvm.target.Target,
+    speculative_role: str | None,
+    quantized_weights: bool,
+) -> None:
+    """Give `model` (asked for with the `owned_kv` option) its owned-page kernels; a model,
+    a speculative build or weights compiled quantized they do not serve are refused by name
+    (their forwards have only been checked for float weights and plain decoding)."""
     refusal = model.owned_kv_refusal()
+    if refusal is None and speculative_role is not None:
+        refusal = f"the speculative build {speculative_role!r}"
+    if refusal is None and quantized_weights:
+        refusal = "weights compiled quantized (use --weight-format dequantized)"
     if refusal is not None:
-        if owned_kv_setting() == "1":
-            raise ValueError(f"{OWNED_KV_ENV}=1: owned KV pages do not serve {refusal}")
-        return
+        raise ValueError(f"owned_kv: owned KV pages do not serve {refusal}")
     q_heads, kv_heads = model.cache_heads()
     shape = DecodeAttentionShape(q_heads, kv_heads, model.config.head_dim, model.dtype, PAGE_SIZE)
     kernel = OWN_KERNEL if target.kind.name == "cuda" else TVM_KERNEL
