@@ -20,13 +20,18 @@ import tvm
 from tiny_models import TINY_MODELS, load_oracle, make_tiny_model
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE
+from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_PREFILL_MIXED
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.export import export_model
 from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.model_defs.rope_scaling import cache_rope_frequencies
-from vllm_tvm.runtime.kv.owned_kv_cache import OwnedKVCache, decode_bucket, prefill_metadata
+from vllm_tvm.runtime.kv.owned_kv_cache import (
+    OwnedKVCache,
+    decode_bucket,
+    mixed_metadata,
+    prefill_metadata,
+)
 from vllm_tvm.runtime.kv.owned_pages import OwnedPageTable
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
@@ -68,6 +73,21 @@ def test_prefill_metadata_of_a_chunk_after_cached_tokens() -> None:
     assert (q_indptr, page_indptr, values, last) == ([0, 2, 5], [0, 2, 3], [7, 3, 5], [1, 3])
     assert positions == [15, 16, 0, 1, 2]
     assert slots == [7 * PAGE + 15, 3 * PAGE, 5 * PAGE, 5 * PAGE + 1, 5 * PAGE + 2]
+
+
+def test_mixed_metadata_puts_the_one_token_rows_and_the_prompts_back_in_step_order() -> None:
+    """A fresh two-token prompt (step rows 0, 1) before one token of a sequence with 4
+    cached (row 2): the decoded row first, then the prompt's, and `row_order` undoes it."""
+    arrays = mixed_metadata([[5], [3]], cached=[0, 4], new=[2, 1], page_size=PAGE)
+    assert arrays is not None
+    decode_rows, page_indptr, values, last, prompt_rows, q_indptr, offsets, order, _, _ = (
+        a.tolist() for a in arrays
+    )
+    assert (decode_rows, page_indptr, values, last) == ([2], [0, 1], [3], [5])
+    assert (prompt_rows, q_indptr, offsets, order) == ([0, 1], [0, 2], [0], [1, 2, 0])
+    assert arrays[-1].tolist() == [5 * PAGE, 5 * PAGE + 1, 3 * PAGE + 4]
+    assert mixed_metadata([[5], [3]], cached=[0, 4], new=[2, 2], page_size=PAGE) is None
+    assert mixed_metadata([[5], [3]], cached=[1, 4], new=[1, 1], page_size=PAGE) is None
 
 
 def test_llama3_frequencies_equal_transformers() -> None:
@@ -130,6 +150,38 @@ def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, owned_mo
     with torch.no_grad():
         expected = load_oracle(owned_model)(torch.tensor([ids])).logits[0, -1]
     assert np.abs(logits[-1] - expected.numpy()).max() <= 1e-4
+
+
+def test_a_mixed_step_matches_transformers(
+    owned_llm: LLM, owned_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh prompt beside the last token of a sequence with the rest cached, in one
+    forward (`prefill_owned_mixed`): each row's logits within 1e-4 of transformers'."""
+    runner = owned_llm.runner
+    cached, fresh = (owned_llm.tokenizer.encode(prompt) for prompt in PROMPTS[:2])
+    ran = []
+    choose = runner.kv_cache.prefill_arguments
+
+    def recording(functions: list[str]) -> tuple[str, list[object]]:
+        name, arguments = choose(functions)
+        ran.append(name)
+        return name, arguments
+
+    monkeypatch.setattr(runner.kv_cache, "prefill_arguments", recording)
+    for seq_id in (7, 8):
+        runner.kv_cache.add_sequence(seq_id)
+    try:
+        runner.prefill_logits([7], [cached[:-1]])
+        logits = runner.prefill_logits([8, 7], [fresh, cached[-1:]]).numpy()
+    finally:
+        for seq_id in (7, 8):
+            runner.kv_cache.remove_sequence(seq_id)
+    assert ran[-1] == OWNED_PREFILL_MIXED
+    oracle = load_oracle(owned_model)
+    with torch.no_grad():
+        for row, ids in enumerate((fresh, cached)):
+            expected = oracle(torch.tensor([ids])).logits[0, -1].numpy()
+            assert np.abs(logits[row] - expected).max() <= 1e-4
 
 
 def test_owned_decode_logits_equal_the_cache_path(owned_llm: LLM, owned_model: Path) -> None:

@@ -14,6 +14,9 @@ OWNED_PREFILL_FRESH = "prefill_owned_fresh"
 """The prefill of sequences with nothing cached: attention over the rows' own q/k/v, no
 page reads (measured on the H200 at the 8B shape, the paged kernel serving a lone
 1,024-token prompt took TTFT from 110 ms on TVM's cache to 260 ms)."""
+OWNED_PREFILL_MIXED = "prefill_owned_mixed"
+"""A step of one-token rows of cached sequences beside prompts with nothing cached: the
+former through the decode kernel, the latter through the ragged one."""
 OWNED_DECODE = "decode_owned"
 OWNED_DECODE_SINGLE = "decode_owned_single"
 """`decode_owned` for one sequence: static shapes let every projection be scheduled as a

@@ -43,6 +43,26 @@ FRESH_PREFILL_METADATA = ("q_indptr", "k_rope_offsets", "positions", "append_slo
 runs over q/k/v as they are (TVM's ragged kernel) and the pages are only written; the k
 RoPE offsets (zeros) go unread with RoPE off."""
 
+MIXED_PREFILL_METADATA = (
+    "decode_rows",
+    "page_indptr",
+    "page_values",
+    "last_page_len",
+    "prompt_rows",
+    "q_indptr",
+    "k_rope_offsets",
+    "row_order",
+    "positions",
+    "append_slots",
+)
+"""A step of one-token rows of sequences with cached tokens beside prompts with nothing
+cached: the one-token rows (`decode_rows`, with DECODE_METADATA's page CSR) go through the
+decode kernel, the prompts' rows (`prompt_rows`, CSR `q_indptr`) through the ragged kernel
+over their own k/v, and `row_order` puts [decoded rows, prompt rows] back in the step's
+row order. Per row (step order): its position and append slot. Why: the paged prefill
+kernel run over every row of such a step made the decode-only b256 ramp 0.74x the cache
+path's on the H200 (docs/BENCHMARKS.md)."""
+
 
 _OWN_DECODE_ARGUMENTS = 7
 
@@ -129,6 +149,9 @@ class OwnedPagedAttention:
         out_shape = [Tensor.placeholder(q.shape, q.dtype)]
         lse_shape = [Tensor.placeholder([q.shape[0], num_q_heads], "float32")]
         meta = self.metadata
+        if "decode_rows" in meta:
+            output = self._mixed_attention(q, k, v, pages, num_q_heads)
+            return output.reshape(batch, seq_len, num_q_heads, head_dim)
         if "k_rope_offsets" in meta:
             inputs = [q, meta["q_indptr"], k, v, meta["q_indptr"], meta["positions"]]
             inputs += [meta["k_rope_offsets"]]
@@ -145,3 +168,36 @@ class OwnedPagedAttention:
                 inputs += [meta["positions"], meta["positions"]]
         output, _ = op.tensor_ir_op(kernel, name, inputs, [*out_shape, *lse_shape])
         return output.reshape(batch, seq_len, num_q_heads, head_dim)
+
+    def _mixed_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, pages: Tensor, num_q_heads: int
+    ) -> Tensor:
+        """MIXED_PREFILL_METADATA's attention: the one-token rows over their pages (k/v
+        already appended) with the decode kernel, the prompt rows over their own k/v with
+        the ragged kernel; [rows, q heads, d] in the step's row order."""
+        meta = self.metadata
+
+        def outputs(rows: Tensor) -> list[Tensor]:
+            return [
+                Tensor.placeholder(rows.shape, rows.dtype),
+                Tensor.placeholder([rows.shape[0], num_q_heads], "float32"),
+            ]
+
+        decode_q = op.take(q, meta["decode_rows"], axis=0)
+        inputs = [decode_q, pages, meta["page_indptr"], meta["page_values"]]
+        inputs += [meta["last_page_len"]]
+        if self.kernels.decode_takes_positions:
+            decode_positions = op.take(meta["positions"], meta["decode_rows"], axis=0)
+            inputs += [decode_positions, decode_positions]
+        decoded, _ = op.tensor_ir_op(
+            self.kernels.decode, "owned_decode_attention", inputs, outputs(decode_q)
+        )
+        rows = meta["prompt_rows"]
+        prompt_q, prompt_k, prompt_v = (op.take(x, rows, axis=0) for x in (q, k, v))
+        prompt_positions = op.take(meta["positions"], rows, axis=0)
+        inputs = [prompt_q, meta["q_indptr"], prompt_k, prompt_v, meta["q_indptr"]]
+        inputs += [prompt_positions, meta["k_rope_offsets"]]
+        prompted, _ = op.tensor_ir_op(
+            self.kernels.ragged, "owned_ragged_prefill_attention", inputs, outputs(prompt_q)
+        )
+        return op.take(op.concat([decoded, prompted], dim=0), meta["row_order"], axis=0)

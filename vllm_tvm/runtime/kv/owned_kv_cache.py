@@ -15,12 +15,17 @@ The sequence operations are `PagedKVCache`'s (block_manager.py drives either).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
 
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE_MAX_BATCH
+from vllm_tvm.artifacts.owned_kv import (
+    OWNED_DECODE_MAX_BATCH,
+    OWNED_PREFILL,
+    OWNED_PREFILL_FRESH,
+    OWNED_PREFILL_MIXED,
+)
 from vllm_tvm.artifacts.runtime_spec import OwnedPagesSpec
 from vllm_tvm.runtime.kv.decode_step_buffers import DecodeStepBuffers
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig
@@ -67,6 +72,32 @@ def prefill_metadata(
         positions,
         slot_pages * page_size + positions % page_size,
     ]
+    return [np.ascontiguousarray(array, np.int32) for array in arrays]
+
+
+def mixed_metadata(
+    tables: Sequence[Sequence[int]],
+    cached: Sequence[int],
+    new: Sequence[int],
+    page_size: int,
+) -> list[np.ndarray] | None:
+    """MIXED_PREFILL_METADATA (model_defs/owned_kv.py) of a step whose sequences are each
+    either one new token after cached ones or a prompt with nothing cached, with at least
+    one of each; None for any other step."""
+    decode = [i for i, (c, n) in enumerate(zip(cached, new, strict=True)) if c and n == 1]
+    prompts = [i for i, c in enumerate(cached) if not c]
+    if not decode or not prompts or len(decode) + len(prompts) != len(new):
+        return None
+    q_indptr, _, _, _, positions, slots = prefill_metadata(tables, cached, new, page_size)
+    _, page_indptr, page_values, last_page_len, _, _ = prefill_metadata(
+        [tables[i] for i in decode], [cached[i] for i in decode], [1] * len(decode), page_size
+    )
+    decode_rows = q_indptr[decode]
+    prompt_rows = np.concatenate([np.arange(q_indptr[i], q_indptr[i + 1]) for i in prompts])
+    prompt_indptr = np.concatenate([[0], np.cumsum([new[i] for i in prompts])])
+    row_order = np.argsort(np.concatenate([decode_rows, prompt_rows]), kind="stable")
+    arrays = [decode_rows, page_indptr, page_values, last_page_len, prompt_rows, prompt_indptr]
+    arrays += [np.zeros(len(prompts)), row_order, positions, slots]
     return [np.ascontiguousarray(array, np.int32) for array in arrays]
 
 
@@ -130,18 +161,25 @@ class OwnedKVCache:
             raise RuntimeError("owned KV metadata asked for outside a forward")
         return self._forward
 
-    def prefill_arguments(self, fresh_served: bool) -> tuple[bool, list[Any]]:
-        """Whether the current forward runs as a fresh prefill (its sequences had nothing
-        cached and `fresh_served`: the artifact has the function), and its metadata on the
-        device: FRESH_PREFILL_METADATA then, else PREFILL_METADATA."""
+    def prefill_arguments(self, functions: Collection[str]) -> tuple[str, list[Any]]:
+        """The function the current forward runs, of those the artifact has (`functions`):
+        OWNED_PREFILL_FRESH when none of its sequences has anything cached,
+        OWNED_PREFILL_MIXED for one-token rows of cached sequences beside such prompts, else
+        OWNED_PREFILL; and its metadata on the device (model_defs/owned_kv.py's
+        FRESH_PREFILL_METADATA, MIXED_PREFILL_METADATA, PREFILL_METADATA)."""
         seq_ids, cached, new = self._current()
         tables = [self.table.pages(seq_id) for seq_id in seq_ids]
-        arrays = prefill_metadata(tables, cached, new, self.config.page_size)
-        fresh = fresh_served and not any(cached)
-        if fresh:
+        page_size = self.config.page_size
+        arrays = prefill_metadata(tables, cached, new, page_size)
+        name = OWNED_PREFILL
+        if OWNED_PREFILL_FRESH in functions and not any(cached):
             q_indptr, _, _, _, positions, slots = arrays
-            arrays = [q_indptr, np.zeros(len(seq_ids), np.int32), positions, slots]
-        return fresh, [self._to_device(array) for array in arrays]
+            name, arrays = OWNED_PREFILL_FRESH, [q_indptr, np.zeros_like(new), positions, slots]
+        elif OWNED_PREFILL_MIXED in functions:
+            mixed = mixed_metadata(tables, cached, new, page_size)
+            if mixed is not None:
+                name, arrays = OWNED_PREFILL_MIXED, mixed
+        return name, [self._to_device(np.asarray(array, np.int32)) for array in arrays]
 
     def decode_arguments(self) -> tuple[int, list[Any]]:
         """The current one-token forward's bucket and its DECODE_METADATA, copied into the

@@ -22,7 +22,6 @@ from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, r
 from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE,
     OWNED_DECODE_SINGLE,
-    OWNED_PREFILL,
     OWNED_PREFILL_FRESH,
 )
 from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
@@ -287,13 +286,12 @@ class ModelRunner(Runner):
                 "over TVM's cache"
             )
         self.kv_cache.begin_forward(seq_ids, lengths)
-        served = OWNED_PREFILL_FRESH in self.manifest.functions
-        fresh, metadata = self.kv_cache.prefill_arguments(served)
+        function, metadata = self.kv_cache.prefill_arguments(self.manifest.functions)
         self._held_inputs.extend(metadata)
-        call = self._function(OWNED_PREFILL_FRESH if fresh else OWNED_PREFILL)
-        outputs = call(*inputs, *metadata, self.kv_cache.pages, self.params)
+        outputs = self._function(function)(*inputs, *metadata, self.kv_cache.pages, self.params)
         self.kv_cache.end_forward()
-        return outputs[0] if fresh else outputs  # a fresh prefill returns the pages too
+        # A fresh prefill returns the pages too.
+        return outputs[0] if function == OWNED_PREFILL_FRESH else outputs
 
     def _owned_decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
         """One `decode_owned` step, padded to its bucket: ids 0 and no pages in the padding
