@@ -70,21 +70,29 @@ def test_page_table_refuses_appending_into_a_shared_page_and_an_empty_pool() -> 
 def test_prefill_metadata_of_a_chunk_after_cached_tokens() -> None:
     arrays = prefill_metadata([[7, 3], [5]], cached=[15, 0], new=[2, 3], page_size=PAGE)
     q_indptr, page_indptr, values, last, positions, slots = (a.tolist() for a in arrays)
-    assert (q_indptr, page_indptr, values, last) == ([0, 2, 5], [0, 2, 3], [7, 3, 5], [1, 3])
+    assert (q_indptr, page_indptr, values, last) == ([0, 2, 5], [0, 1, 1], [7], [15, PAGE])
     assert positions == [15, 16, 0, 1, 2]
     assert slots == [7 * PAGE + 15, 3 * PAGE, 5 * PAGE, 5 * PAGE + 1, 5 * PAGE + 2]
 
 
 def test_mixed_metadata_puts_the_one_token_rows_and_the_prompts_back_in_step_order() -> None:
     """A fresh two-token prompt (step rows 0, 1) before one token of a sequence with 4
-    cached (row 2): the decoded row first, then the prompt's, and `row_order` undoes it."""
+    cached (row 2): the decoded row first (its pages cover the new token), then the
+    prompt's (no cached pages), and `row_order` undoes it."""
     arrays = mixed_metadata([[5], [3]], cached=[0, 4], new=[2, 1], page_size=PAGE)
     assert arrays is not None
-    decode_rows, page_indptr, values, last, prompt_rows, q_indptr, offsets, order, _, _ = (
-        a.tolist() for a in arrays
+    decode_rows, decode_indptr, decode_values, decode_last, prompt_rows = (
+        a.tolist() for a in arrays[:5]
     )
-    assert (decode_rows, page_indptr, values, last) == ([2], [0, 1], [3], [5])
-    assert (prompt_rows, q_indptr, offsets, order) == ([0, 1], [0, 2], [0], [1, 2, 0])
+    q_indptr, page_indptr, _, last, order = (a.tolist() for a in arrays[5:10])
+    assert (decode_rows, decode_indptr, decode_values, decode_last) == ([2], [0, 1], [3], [5])
+    assert (prompt_rows, q_indptr, page_indptr, last, order) == (
+        [0, 1],
+        [0, 2],
+        [0, 0],
+        [PAGE],
+        [1, 2, 0],
+    )
     assert arrays[-1].tolist() == [5 * PAGE, 5 * PAGE + 1, 3 * PAGE + 4]
     assert mixed_metadata([[5], [3]], cached=[0, 4], new=[2, 2], page_size=PAGE) is None
     assert mixed_metadata([[5], [3]], cached=[1, 4], new=[1, 1], page_size=PAGE) is None
@@ -155,10 +163,13 @@ def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, owned_mo
 def test_a_mixed_step_matches_transformers(
     owned_llm: LLM, owned_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A fresh prompt beside the last token of a sequence with the rest cached, in one
-    forward (`prefill_owned_mixed`): each row's logits within 1e-4 of transformers'."""
+    """In one forward (`prefill_owned_mixed`): a fresh prompt, the last token of a sequence
+    with the rest cached (the decode kernel), and a prompt's second chunk after its first
+    (its own chunk merged with its cached tokens): each row's logits within 1e-4 of
+    transformers'."""
     runner = owned_llm.runner
-    cached, fresh = (owned_llm.tokenizer.encode(prompt) for prompt in PROMPTS[:2])
+    fresh, cached = (owned_llm.tokenizer.encode(prompt) for prompt in PROMPTS[:2])
+    chunked = owned_llm.tokenizer.encode(PROMPTS[2]) * 2
     ran = []
     choose = runner.kv_cache.prefill_arguments
 
@@ -168,18 +179,19 @@ def test_a_mixed_step_matches_transformers(
         return name, arguments
 
     monkeypatch.setattr(runner.kv_cache, "prefill_arguments", recording)
-    for seq_id in (7, 8):
+    for seq_id in (7, 8, 9):
         runner.kv_cache.add_sequence(seq_id)
     try:
-        runner.prefill_logits([7], [cached[:-1]])
-        logits = runner.prefill_logits([8, 7], [fresh, cached[-1:]]).numpy()
+        runner.prefill_logits([7, 9], [cached[:-1], chunked[:5]])
+        chunks = [fresh, cached[-1:], chunked[5:]]
+        logits = runner.prefill_logits([8, 7, 9], chunks).numpy()
     finally:
-        for seq_id in (7, 8):
+        for seq_id in (7, 8, 9):
             runner.kv_cache.remove_sequence(seq_id)
     assert ran[-1] == OWNED_PREFILL_MIXED
     oracle = load_oracle(owned_model)
     with torch.no_grad():
-        for row, ids in enumerate((fresh, cached)):
+        for row, ids in enumerate((fresh, cached, chunked)):
             expected = oracle(torch.tensor([ids])).logits[0, -1].numpy()
             assert np.abs(logits[row] - expected).max() <= 1e-4
 

@@ -3,8 +3,9 @@ of whether a build exports those functions.
 
 Why here: the model definition may not import kernels (the layering test), so the compiler
 makes them for the model's shape and target and hands them in before export: TVM's append
-kernel and our decode kernel (compiler/device_decode_attention.py's pair), and TVM's TIR
-paged and ragged prefill kernels, all specialised to RoPE off and 1/sqrt(head_dim). The
+kernel and our decode kernel (compiler/device_decode_attention.py's pair), TVM's TIR ragged
+(causal) and paged (unmasked, over the cached tokens) prefill kernels, all specialised to
+RoPE off and 1/sqrt(head_dim), and TVM's merge of two attention states. The
 decode kernel is ours on CUDA; on CPUs TVM's, which takes the positions twice more (its
 RoPE offsets, unused): our kernel's CPU form, exact on its own, gave wrong attention inside
 a model's module on llvm (not yet understood), so the CPU path keeps TVM's.
@@ -19,6 +20,10 @@ from __future__ import annotations
 
 import tvm
 from tvm import tirx
+from tvm.relax.frontend.nn.llm._decode_kernels import (
+    _merge_state_inplace,
+    _merge_state_inplace_cpu,
+)
 from tvm.relax.frontend.nn.llm._prefill_kernels import (
     _attention_prefill,
     _attention_prefill_cpu,
@@ -42,10 +47,11 @@ from vllm_tvm.model_defs.owned_kv import OwnedKernels
 
 PREFILL_KERNEL = "owned_prefill_paged_kv"
 RAGGED_KERNEL = "owned_prefill_ragged_kv"
-"""Own symbols: TVM's cache adds `batch_prefill_paged_kv` / `batch_prefill_ragged_kv` to
-the same library."""
+MERGE_KERNEL = "owned_merge_attention_states"
+"""Own symbols: TVM's cache adds `batch_prefill_paged_kv` / `batch_prefill_ragged_kv` /
+`tir_attention_merge_state` to the same library."""
 PAGE_SIZE = 16
-_CAUSAL, _ROTARY_OFF, _ROPE_UNUSED = 1, 0, 1.0
+_CAUSAL, _UNMASKED, _ROTARY_OFF, _ROPE_UNUSED = 1, 0, 0, 1.0
 _OPAQUE = 8
 """relax's OpPatternKind kOpaque."""
 
@@ -71,6 +77,7 @@ def attach_owned_kernels(
     kernel = OWN_KERNEL if target.kind.name == "cuda" else TVM_KERNEL
     append, decode = decode_attention_kernels(shape, target, kernel)
     kernels = (append, decode, _prefill_kernel(shape, target), _ragged_kernel(shape, target))
+    kernels += (_merge_kernel(shape, target),)
     model.owned_kernels = OwnedKernels(*(_opaque(kernel) for kernel in kernels), PAGE_SIZE)
 
 
@@ -86,7 +93,7 @@ def _prefill_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> t
         prefill = _attention_prefill_cpu(*arguments, page_size=shape.page_size)
     else:
         prefill = _attention_prefill(*arguments, target, page_size=shape.page_size)
-    return _causal_without_rope(prefill, shape).with_attr("global_symbol", PREFILL_KERNEL)
+    return _without_rope(prefill, shape, _UNMASKED).with_attr("global_symbol", PREFILL_KERNEL)
 
 
 def _ragged_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
@@ -95,15 +102,24 @@ def _ragged_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> ti
         ragged = _attention_prefill_ragged_cpu(*heads, shape.dtype, {})
     else:
         ragged = _attention_prefill_ragged(*heads, shape.dtype, {}, target)
-    return _causal_without_rope(ragged, shape).with_attr("global_symbol", RAGGED_KERNEL)
+    return _without_rope(ragged, shape, _CAUSAL).with_attr("global_symbol", RAGGED_KERNEL)
 
 
-def _causal_without_rope(kernel: tirx.PrimFunc, shape: DecodeAttentionShape) -> tirx.PrimFunc:
-    """A TVM prefill kernel with its trailing scalars bound: causal, RoPE off, our scale."""
+def _merge_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
+    if target.kind.name == "llvm":
+        merge = _merge_state_inplace_cpu(shape.dtype)
+    else:
+        merge = _merge_state_inplace(shape.num_q_heads, shape.head_dim, shape.dtype, target)
+    return merge.with_attr("global_symbol", MERGE_KERNEL)
+
+
+def _without_rope(kernel: tirx.PrimFunc, shape: DecodeAttentionShape, mask: int) -> tirx.PrimFunc:
+    """A TVM prefill kernel with its trailing scalars bound: `mask` (_CAUSAL, _UNMASKED),
+    RoPE off, our scale."""
     causal, rotary_mode, rope_scale, rope_theta, sm_scale = kernel.params[-5:]
     return kernel.specialize(
         {
-            causal: tirx.IntImm("int32", _CAUSAL),
+            causal: tirx.IntImm("int32", mask),
             rotary_mode: tirx.IntImm("int32", _ROTARY_OFF),
             rope_scale: tirx.FloatImm("float32", _ROPE_UNUSED),
             rope_theta: tirx.FloatImm("float32", _ROPE_UNUSED),

@@ -142,22 +142,26 @@ class PagedCausalLM(nn.Module):
         input_embed: Tensor,
         logit_positions: Tensor,
         decode_rows: Tensor,
+        decode_page_indptr: Tensor,
+        decode_page_values: Tensor,
+        decode_last_page_len: Tensor,
+        prompt_rows: Tensor,
+        q_indptr: Tensor,
         page_indptr: Tensor,
         page_values: Tensor,
         last_page_len: Tensor,
-        prompt_rows: Tensor,
-        q_indptr: Tensor,
-        k_rope_offsets: Tensor,
         row_order: Tensor,
         positions: Tensor,
         append_slots: Tensor,
         pages: Any,
     ) -> Tensor:
-        """`prefill_owned` of one-token rows of cached sequences beside prompts with nothing
-        cached (MIXED_PREFILL_METADATA): each row kind on its own kernel."""
-        values = (decode_rows, page_indptr, page_values, last_page_len, prompt_rows, q_indptr)
-        values += (k_rope_offsets, row_order, positions, append_slots)
-        metadata = dict(zip(MIXED_PREFILL_METADATA, values, strict=True))
+        """`prefill_owned` of one-token rows of cached sequences beside prompt chunks
+        (MIXED_PREFILL_METADATA): the former on the decode kernel."""
+        values = (decode_rows, decode_page_indptr, decode_page_values, decode_last_page_len)
+        values += (prompt_rows, q_indptr, page_indptr, page_values, last_page_len, row_order)
+        metadata = dict(
+            zip(MIXED_PREFILL_METADATA, (*values, positions, append_slots), strict=True)
+        )
         hidden = self.model(input_embed, self._owned_attention(pages, metadata))
         return self.logits(op.take(hidden, logit_positions, axis=1))
 
@@ -334,12 +338,14 @@ class PagedCausalLM(nn.Module):
                 "input_embed": nn.spec.Tensor([1, "seq_len", cfg.hidden_size], self.dtype),
                 "logit_positions": ints("num_logits"),
                 "decode_rows": ints("num_decode"),
-                "page_indptr": ints("num_decode_plus_one"),
-                "page_values": ints("num_page_values"),
-                "last_page_len": ints("num_decode"),
+                "decode_page_indptr": ints("num_decode_plus_one"),
+                "decode_page_values": ints("num_decode_page_values"),
+                "decode_last_page_len": ints("num_decode"),
                 "prompt_rows": ints("num_prompt_rows"),
-                "q_indptr": ints("num_prompts_plus_one"),
-                "k_rope_offsets": ints("num_prompts"),
+                "q_indptr": ints("num_seqs_plus_one"),
+                "page_indptr": ints("num_seqs_plus_one"),
+                "page_values": ints("num_page_values"),
+                "last_page_len": ints("num_seqs"),
                 "row_order": ints("seq_len"),
                 "positions": ints("seq_len"),
                 "append_slots": ints("seq_len"),

@@ -45,6 +45,22 @@ def decode_bucket(batch: int) -> int:
     return DECODE_BUCKETS[bisect.bisect_left(DECODE_BUCKETS, batch)]
 
 
+def page_csr(
+    tables: Sequence[Sequence[int]], lengths: Sequence[int], page_size: int
+) -> list[np.ndarray]:
+    """The pages holding each sequence's first `lengths` tokens as CSR (indptr, values) and
+    the last page's fill; a sequence of no tokens has no pages and a fill of `page_size`
+    (the kernels read (pages - 1) * page_size + fill tokens). Values of no pages at all are
+    one unread 0: a device tensor of no elements is never passed."""
+    counts = -(-np.asarray(lengths, np.int64) // page_size)
+    values = [page for table, count in zip(tables, counts, strict=True) for page in table[:count]]
+    return [
+        np.concatenate([[0], np.cumsum(counts)]),
+        np.asarray(values or [0], np.int64),
+        np.asarray(lengths, np.int64) - (counts - 1) * page_size,
+    ]
+
+
 def prefill_metadata(
     tables: Sequence[Sequence[int]],
     cached: Sequence[int],
@@ -52,11 +68,9 @@ def prefill_metadata(
     page_size: int,
 ) -> list[np.ndarray]:
     """PREFILL_METADATA (model_defs/owned_kv.py) for sequences holding `cached` tokens that
-    get `new` more, their pages `tables` (covering both): q_indptr, page_indptr,
-    page_values, last_page_len, then each new token's position and append slot."""
-    totals = np.asarray(cached, np.int64) + np.asarray(new, np.int64)
-    pages = -(-totals // page_size)
-    flat = [page for table, count in zip(tables, pages, strict=True) for page in table[:count]]
+    get `new` more, their pages `tables` (covering both): q_indptr, then the cached tokens'
+    page_indptr, page_values, last_page_len, then each new token's position and append
+    slot."""
     positions = np.concatenate(
         [np.arange(c, c + n) for c, n in zip(cached, new, strict=True)]
     ).astype(np.int64)
@@ -66,9 +80,7 @@ def prefill_metadata(
     )
     arrays = [
         np.concatenate([[0], np.cumsum(new)]),
-        np.concatenate([[0], np.cumsum(pages)]),
-        np.asarray(flat),
-        totals - (pages - 1) * page_size,
+        *page_csr(tables, cached, page_size),
         positions,
         slot_pages * page_size + positions % page_size,
     ]
@@ -81,24 +93,25 @@ def mixed_metadata(
     new: Sequence[int],
     page_size: int,
 ) -> list[np.ndarray] | None:
-    """MIXED_PREFILL_METADATA (model_defs/owned_kv.py) of a step whose sequences are each
-    either one new token after cached ones or a prompt with nothing cached, with at least
-    one of each; None for any other step."""
+    """MIXED_PREFILL_METADATA (model_defs/owned_kv.py) of a step with both one new token
+    after cached ones (a decode row) and prompt chunks; None for a step without both."""
     decode = [i for i, (c, n) in enumerate(zip(cached, new, strict=True)) if c and n == 1]
-    prompts = [i for i, c in enumerate(cached) if not c]
-    if not decode or not prompts or len(decode) + len(prompts) != len(new):
+    prompts = [i for i in range(len(new)) if i not in set(decode)]
+    if not decode or not prompts:
         return None
     q_indptr, _, _, _, positions, slots = prefill_metadata(tables, cached, new, page_size)
-    _, page_indptr, page_values, last_page_len, _, _ = prefill_metadata(
-        [tables[i] for i in decode], [cached[i] for i in decode], [1] * len(decode), page_size
-    )
+    decode_pages = page_csr([tables[i] for i in decode], [cached[i] + 1 for i in decode], page_size)
+    prompt_arrays = prefill_metadata(
+        [tables[i] for i in prompts],
+        [cached[i] for i in prompts],
+        [new[i] for i in prompts],
+        page_size,
+    )[:4]
     decode_rows = q_indptr[decode]
     prompt_rows = np.concatenate([np.arange(q_indptr[i], q_indptr[i + 1]) for i in prompts])
-    prompt_indptr = np.concatenate([[0], np.cumsum([new[i] for i in prompts])])
     row_order = np.argsort(np.concatenate([decode_rows, prompt_rows]), kind="stable")
-    arrays = [decode_rows, page_indptr, page_values, last_page_len, prompt_rows, prompt_indptr]
-    arrays += [np.zeros(len(prompts)), row_order, positions, slots]
-    return [np.ascontiguousarray(array, np.int32) for array in arrays]
+    arrays = [decode_rows, *decode_pages, prompt_rows, *prompt_arrays, row_order]
+    return [np.ascontiguousarray(array, np.int32) for array in [*arrays, positions, slots]]
 
 
 class OwnedKVCache:
