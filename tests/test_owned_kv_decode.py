@@ -261,3 +261,5 @@ def test_the_option_keys_its_own_artifact_and_the_flag_sets_it(tiny_model_dir) -
     add_compile_arguments(parser)
     assert parser.parse_args([]).owned_kv is False
     assert parser.parse_args(["--owned-kv"]).owned_kv is True
+    with pytest.raises(ValueError, match="attention 'flashinfer' is not served with it"):
+        CompileOptions(model=options.model, target="cuda", attention="flashinfer", owned_kv=True)
