@@ -9,7 +9,8 @@ once untimed first, median over repeats) and records the conditions compare.py c
 box, or a small model on the CPU.
 
 Keys: decode_bB_tok_s (vLLM's definition), decode_bB_after_prefill_tok_s (tokens / seconds
-of the steps after every prompt had its first token), raw per-run seconds under `raw`.
+of the steps after every prompt had its first token), aggregate_bB_tok_s (B·N / t(N out),
+prefill included: vLLM's aggregate), raw per-run seconds under `raw`.
 With `--batches 1 --input-len 128 --output-len 257`, decode_b1_tok_s is vLLM's b1 decode.
 With `--ttft-requests N`, ttft_<input_len>_ms_median: the median of N lone prompts' time to
 their one token (vLLM's ttft_1024_ms_median at --input-len 1024), raw seconds under `raw`.
@@ -78,6 +79,7 @@ def decode_report(
         for key, value in (
             (f"decode_b{result.batch}_tok_s", result.tok_s),
             (f"decode_b{result.batch}_after_prefill_tok_s", result.after_prefill_tok_s),
+            (f"aggregate_b{result.batch}_tok_s", result.aggregate_tok_s),
         ):
             report[key] = value
             report["metric_conditions"][key] = workload

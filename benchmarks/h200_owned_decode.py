@@ -1,25 +1,24 @@
 """On a CUDA machine: greedy tokens of the model's forwards over owned KV pages
-(`prefill_owned` / `decode_owned`, one CUDA graph a decode step) against the same artifact
-through TVM's paged KV cache (`VLLM_TVM_OWNED_KV=0`) and against HF transformers, on a tiny
-fp32 checkpoint with real weights. The speed of the two paths is taken at engine level by
-benchmarks/engine_decode.py, run once with the switch unset and once at "0".
+(`prefill_owned` / `decode_owned`, one CUDA graph a decode step) against the artifact built
+without them (TVM's paged KV cache) and against HF transformers, on a tiny fp32 checkpoint
+with real weights. The speed of the two paths is taken at engine level by
+benchmarks/engine_decode.py, run once on each artifact.
 
-usage (artifact built elsewhere with `vllm-tvm compile MODEL --target cuda:sm_90a
---dtype float32`, the runtime-only TVM bundle on PYTHONPATH):
-  python3 benchmarks/h200_owned_decode.py --model CHECKPOINT --artifact A --out FILE.json
+usage (artifacts built elsewhere with `vllm-tvm compile MODEL --target cuda:sm_90a
+--dtype float32 [--owned-kv]`, the runtime-only TVM bundle on PYTHONPATH):
+  python3 benchmarks/h200_owned_decode.py --model CHECKPOINT --owned-artifact A
+      --cache-artifact B --out FILE.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 
-from vllm_tvm.artifacts.owned_kv import OWNED_KV_ENV
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.kv.owned_kv_cache import OwnedKVCache
 from vllm_tvm.runtime.sampling.params import SamplingParams
@@ -35,11 +34,10 @@ NEW_TOKENS = 40
 
 
 def _engine_tokens(
-    model: Path, artifact: Path, device: str, owned: bool
+    model: Path, artifact: Path, device: str
 ) -> tuple[str, list[list[int]], list[list[int]]]:
     """The cache class used, the greedy tokens of every prompt (batched in one `generate`)
     and the prompts' ids."""
-    os.environ[OWNED_KV_ENV] = "1" if owned else "0"
     llm = LLM(model, artifact=str(artifact), device=device, show_progress=False)
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     tokens = [out.outputs[0].token_ids for out in llm.generate(PROMPTS, params)]
@@ -52,12 +50,13 @@ def _engine_tokens(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--artifact", type=Path, required=True)
+    parser.add_argument("--owned-artifact", type=Path, required=True)
+    parser.add_argument("--cache-artifact", type=Path, required=True)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    owned_cache, owned, prompts = _engine_tokens(args.model, args.artifact, args.device, True)
-    cache_cache, cached, _ = _engine_tokens(args.model, args.artifact, args.device, False)
+    owned_cache, owned, prompts = _engine_tokens(args.model, args.owned_artifact, args.device)
+    cache_cache, cached, _ = _engine_tokens(args.model, args.cache_artifact, args.device)
     assert owned_cache == OwnedKVCache.__name__ and cache_cache != owned_cache
     oracle = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     oracle.generation_config.eos_token_id = None

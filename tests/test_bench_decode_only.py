@@ -37,6 +37,7 @@ def test_decode_only_is_vllms_difference_of_medians() -> None:
     )
     assert result.tok_s == pytest.approx(4 * 4 / (2.2 - 1.0))
     assert result.after_prefill_tok_s == pytest.approx(16 / 1.1)
+    assert result.aggregate_tok_s == pytest.approx(4 * 5 / 2.2)
 
 
 def test_every_batch_runs_untimed_before_the_first_timed_run(make_llm, monkeypatch) -> None:

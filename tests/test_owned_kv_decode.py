@@ -3,15 +3,14 @@ the page table and metadata on their own, greedy tokens against transformers and
 TVM's cache on the same artifact (CPU), and the CUDA decode step lowered to one captured
 graph (no GPU needed).
 
-The CPU artifact is the tiny Llama built with `VLLM_TVM_OWNED_KV=1`; the runner calls the
-owned functions when the artifact has them, and TVM's cache with the switch at "0".
+The CPU artifact is the tiny Llama built with the `owned_kv` compile option; the runner
+calls the owned functions when the artifact has them, and TVM's cache for the same
+checkpoint built without the option.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,32 +20,24 @@ import tvm
 from tiny_models import TINY_MODELS, load_oracle, make_tiny_model
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_KV_ENV
+from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_PREFILL_MIXED
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.export import export_model
 from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.model_defs.rope_scaling import cache_rope_frequencies
-from vllm_tvm.runtime.kv.owned_kv_cache import OwnedKVCache, decode_bucket, prefill_metadata
+from vllm_tvm.runtime.kv.owned_kv_cache import (
+    OwnedKVCache,
+    decode_bucket,
+    mixed_metadata,
+    prefill_metadata,
+)
 from vllm_tvm.runtime.kv.owned_pages import OwnedPageTable
 from vllm_tvm.runtime.sampling.params import SamplingParams
 
 PAGE = 16
 PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "Beautiful is better than ugly."]
 NEW_TOKENS = 24
-
-
-@contextmanager
-def _owned_kv(setting: str) -> Iterator[None]:
-    previous = os.environ.get(OWNED_KV_ENV)
-    os.environ[OWNED_KV_ENV] = setting
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[OWNED_KV_ENV]
-        else:
-            os.environ[OWNED_KV_ENV] = previous
 
 
 def test_page_table_shares_forked_pages_and_frees_them_last() -> None:
@@ -79,9 +70,32 @@ def test_page_table_refuses_appending_into_a_shared_page_and_an_empty_pool() -> 
 def test_prefill_metadata_of_a_chunk_after_cached_tokens() -> None:
     arrays = prefill_metadata([[7, 3], [5]], cached=[15, 0], new=[2, 3], page_size=PAGE)
     q_indptr, page_indptr, values, last, positions, slots = (a.tolist() for a in arrays)
-    assert (q_indptr, page_indptr, values, last) == ([0, 2, 5], [0, 2, 3], [7, 3, 5], [1, 3])
+    assert (q_indptr, page_indptr, values, last) == ([0, 2, 5], [0, 1, 1], [7], [15, PAGE])
     assert positions == [15, 16, 0, 1, 2]
     assert slots == [7 * PAGE + 15, 3 * PAGE, 5 * PAGE, 5 * PAGE + 1, 5 * PAGE + 2]
+
+
+def test_mixed_metadata_puts_the_one_token_rows_and_the_prompts_back_in_step_order() -> None:
+    """A fresh two-token prompt (step rows 0, 1) before one token of a sequence with 4
+    cached (row 2): the decoded row first (its pages cover the new token), then the
+    prompt's (no cached pages), and `row_order` undoes it."""
+    arrays = mixed_metadata([[5], [3]], cached=[0, 4], new=[2, 1], page_size=PAGE)
+    assert arrays is not None
+    decode_rows, decode_indptr, decode_values, decode_last, prompt_rows = (
+        a.tolist() for a in arrays[:5]
+    )
+    q_indptr, page_indptr, _, last, order = (a.tolist() for a in arrays[5:10])
+    assert (decode_rows, decode_indptr, decode_values, decode_last) == ([2], [0, 1], [3], [5])
+    assert (prompt_rows, q_indptr, page_indptr, last, order) == (
+        [0, 1],
+        [0, 2],
+        [0, 0],
+        [PAGE],
+        [1, 2, 0],
+    )
+    assert arrays[-1].tolist() == [5 * PAGE, 5 * PAGE + 1, 3 * PAGE + 4]
+    assert mixed_metadata([[5], [3]], cached=[0, 4], new=[2, 2], page_size=PAGE) is None
+    assert mixed_metadata([[5], [3]], cached=[1, 4], new=[1, 1], page_size=PAGE) is None
 
 
 def test_llama3_frequencies_equal_transformers() -> None:
@@ -105,15 +119,12 @@ def test_decode_buckets_pad_up_and_refuse_past_the_largest() -> None:
 
 @pytest.fixture(scope="module")
 def owned_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A checkpoint of its own (the tiny Llama's): an engine resolves a model's artifact once
-    a process, so the owned build must not be the one other modules' engines get."""
     return make_tiny_model(TINY_MODELS["llama"], tmp_path_factory.mktemp("owned_llama"))
 
 
 @pytest.fixture(scope="module")
 def owned_llm(owned_model: Path) -> LLM:
-    with _owned_kv("1"):
-        return LLM(owned_model, device="cpu", show_progress=False)
+    return LLM(owned_model, device="cpu", owned_kv=True, show_progress=False)
 
 
 def _greedy(llm: LLM) -> list[list[int]]:
@@ -149,11 +160,46 @@ def test_prefill_over_cached_pages_matches_transformers(owned_llm: LLM, owned_mo
     assert np.abs(logits[-1] - expected.numpy()).max() <= 1e-4
 
 
+def test_a_mixed_step_matches_transformers(
+    owned_llm: LLM, owned_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one forward (`prefill_owned_mixed`): a fresh prompt, the last token of a sequence
+    with the rest cached (the decode kernel), and a prompt's second chunk after its first
+    (its own chunk merged with its cached tokens): each row's logits within 1e-4 of
+    transformers'."""
+    runner = owned_llm.runner
+    fresh, cached = (owned_llm.tokenizer.encode(prompt) for prompt in PROMPTS[:2])
+    chunked = owned_llm.tokenizer.encode(PROMPTS[2]) * 2
+    ran = []
+    choose = runner.kv_cache.prefill_arguments
+
+    def recording(functions: list[str]) -> tuple[str, list[object]]:
+        name, arguments = choose(functions)
+        ran.append(name)
+        return name, arguments
+
+    monkeypatch.setattr(runner.kv_cache, "prefill_arguments", recording)
+    for seq_id in (7, 8, 9):
+        runner.kv_cache.add_sequence(seq_id)
+    try:
+        runner.prefill_logits([7, 9], [cached[:-1], chunked[:5]])
+        chunks = [fresh, cached[-1:], chunked[5:]]
+        logits = runner.prefill_logits([8, 7, 9], chunks).numpy()
+    finally:
+        for seq_id in (7, 8, 9):
+            runner.kv_cache.remove_sequence(seq_id)
+    assert ran[-1] == OWNED_PREFILL_MIXED
+    oracle = load_oracle(owned_model)
+    with torch.no_grad():
+        for row, ids in enumerate((fresh, cached, chunked)):
+            expected = oracle(torch.tensor([ids])).logits[0, -1].numpy()
+            assert np.abs(logits[row] - expected).max() <= 1e-4
+
+
 def test_owned_decode_logits_equal_the_cache_path(owned_llm: LLM, owned_model: Path) -> None:
-    """The same artifact through TVM's cache (switch "0" at run time): decode logits of a
-    batch of three (padded to the bucket of four) within fp32 rounding of the owned path's."""
-    with _owned_kv("0"):
-        cache_llm = LLM(owned_model, device="cpu", show_progress=False)
+    """The checkpoint built without the option (TVM's cache): decode logits of a batch of
+    three (padded to the bucket of four) within fp32 rounding of the owned path's."""
+    cache_llm = LLM(owned_model, device="cpu", show_progress=False)
     assert not isinstance(cache_llm.runner.kv_cache, OwnedKVCache)
     logits = []
     for llm in (owned_llm, cache_llm):
@@ -174,10 +220,10 @@ def test_cuda_decode_step_is_one_captured_graph(tiny_model_dir) -> None:
     """Everything after the embedding's gather (which reads the step's token ids) runs in
     the one captured region: every layer's append and attention, the GEMMs, the final norm
     and the lm head."""
-    options = CompileOptions(model=str(tiny_model_dir("llama")), target="cuda", dtype="bfloat16")
-    with _owned_kv("1"):
-        request = make_request(options)
-        mod = export_model(request).mod
+    model = str(tiny_model_dir("llama"))
+    options = CompileOptions(model=model, target="cuda", dtype="bfloat16", owned_kv=True)
+    request = make_request(options)
+    mod = export_model(request).mod
     target = request.target.make_target()
     with target, tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
         lowered = lowering_pipeline(target)(mod)
@@ -193,8 +239,27 @@ def test_cuda_decode_step_is_one_captured_graph(tiny_model_dir) -> None:
 
 def test_a_definition_not_checked_over_owned_pages_keeps_the_cache(tiny_model_dir) -> None:
     """GPT-2 (learned positions): a CUDA build not asked for owned pages exports the
-    cache's functions alone; forcing owned pages is refused by name."""
+    cache's functions alone; asking for them is refused by name."""
     options = CompileOptions(model=str(tiny_model_dir("gpt2_tied")), target="cuda")
     assert OWNED_DECODE not in export_model(make_request(options)).manifest.functions
-    with _owned_kv("1"), pytest.raises(ValueError, match="do not serve LearnedPosition"):
-        export_model(make_request(options))
+    with pytest.raises(ValueError, match=r"owned_kv: .* do not serve LearnedPosition"):
+        export_model(make_request(replace(options, owned_kv=True)))
+
+
+def test_the_option_keys_its_own_artifact_and_the_flag_sets_it(tiny_model_dir) -> None:
+    """`owned_kv` is a compile option: it changes the artifact's key, and `--owned-kv` of
+    every front end's flags sets it (off by default)."""
+    import argparse
+
+    from vllm_tvm.cli.common_args import add_compile_arguments
+    from vllm_tvm.compiler.build import cache_key_for
+
+    options = CompileOptions(model=str(tiny_model_dir("llama")))
+    owned = replace(options, owned_kv=True)
+    assert cache_key_for(make_request(options)) != cache_key_for(make_request(owned))
+    parser = argparse.ArgumentParser()
+    add_compile_arguments(parser)
+    assert parser.parse_args([]).owned_kv is False
+    assert parser.parse_args(["--owned-kv"]).owned_kv is True
+    with pytest.raises(ValueError, match="attention 'flashinfer' is not served with it"):
+        CompileOptions(model=options.model, target="cuda", attention="flashinfer", owned_kv=True)

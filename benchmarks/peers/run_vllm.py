@@ -91,8 +91,19 @@ def timed_generate(llm, prompts: list[dict], max_tokens: int) -> float:
     return elapsed
 
 
-def measure(llm, batches: list[int], repeats: int, report: dict, save: Callable[[], None]) -> None:
-    """All measurements, in order of increasing cost; `save()` after each one."""
+TTFT_REQUESTS = 7
+
+
+def measure(
+    llm,
+    batches: list[int],
+    repeats: int,
+    report: dict,
+    save: Callable[[], None],
+    ttft_requests: int = TTFT_REQUESTS,
+) -> None:
+    """All measurements, in order of increasing cost (TTFT the median of `ttft_requests`
+    lone prompts); `save()` after each one."""
     prompts = Prompts(LLAMA_31_8B.vocab_size)
     timed_generate(llm, prompts.batch(8, AGG_PROMPT), 16)  # warm-up: lazy inits, allocator
     timed_generate(llm, prompts.batch(1, B1_PROMPT), 32)
@@ -109,7 +120,7 @@ def measure(llm, batches: list[int], repeats: int, report: dict, save: Callable[
 
     for _ in range(2):
         timed_generate(llm, prompts.batch(1, AGG_PROMPT), 1)
-    ttft = [timed_generate(llm, prompts.batch(1, AGG_PROMPT), 1) for _ in range(7)]
+    ttft = [timed_generate(llm, prompts.batch(1, AGG_PROMPT), 1) for _ in range(ttft_requests)]
     report["ttft_1024_ms_median"] = statistics.median(ttft) * 1e3
     record_workload(report, "ttft_1024_ms_median", AGG_PROMPT, 1, 1)
     report["raw"]["ttft_1024_s"] = ttft
@@ -162,6 +173,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batches", default="32,64,256")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--ttft-requests", type=int, default=TTFT_REQUESTS)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     parser.add_argument("--manifest", type=Path, default=Path(".peers/vllm_b/MANIFEST.json"))
     args = parser.parse_args()
@@ -213,7 +225,9 @@ def main() -> int:
         report["cudagraph_mode"] = str(config.compilation_config.cudagraph_mode)
         print(f"engine up in {report['engine_start_s']:.0f} s: {report['scheduler']}", flush=True)
         report["gpu"] = torch.cuda.get_device_name()  # only now: CUDA stays off in the parent
-        measure(llm, batches, args.repeats, report, lambda: save(report, args.out))
+        measure(
+            llm, batches, args.repeats, report, lambda: save(report, args.out), args.ttft_requests
+        )
     except Exception as error:  # the JSON must say what failed, with what was measured so far
         record_error(report, error)
     return finish(report, args.out)

@@ -55,6 +55,12 @@ class DecodeOnly:
         return self.batch * (self.output_len - 1) / (full - first)
 
     @property
+    def aggregate_tok_s(self) -> float:
+        """B·N / median t(N out): output tokens per second of the whole run, prefill
+        included (vLLM's aggregate, benchmarks/peers/run_vllm.py)."""
+        return self.batch * self.output_len / statistics.median(run.seconds for run in self.full)
+
+    @property
     def after_prefill_tok_s(self) -> float:
         """Median over the full runs of tokens / seconds of the steps after all prefills."""
         return statistics.median(

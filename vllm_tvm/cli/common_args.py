@@ -28,6 +28,7 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     add_gemm_argument(parser)
     add_attention_argument(parser)
     add_cpu_int8_activations_argument(parser)
+    add_owned_kv_argument(parser)
     add_tensor_parallel_argument(parser)
     add_max_model_len_argument(parser)
 
@@ -108,6 +109,18 @@ def add_attention_argument(parser: argparse.ArgumentParser) -> None:
         default=option_default("attention"),
         help="paged-attention kernels: tir (TVM's, no extra packages) or flashinfer (CUDA, "
         "float16/bfloat16; compiled ahead of time, see scripts/install_flashinfer.sh)",
+    )
+
+
+def add_owned_kv_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--owned-kv` / `--no-owned-kv` (default off: TVM's paged KV cache)."""
+    parser.add_argument(
+        "--owned-kv",
+        action=argparse.BooleanOptionalAction,
+        default=option_default("owned_kv"),
+        help="also build the model's forwards over KV pages the runtime owns (a decode step "
+        "captured whole as one CUDA graph per batch bucket) and run them in place of TVM's "
+        "KV cache; Llama-family full-attention models (default off)",
     )
 
 

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         args.tensor_parallel_size,
         args.max_model_len or None,
         cpu_int8_activations=args.cpu_int8_activations,
+        owned_kv=args.owned_kv,
     )
     request = make_request(options)
     if args.output is None:

@@ -32,7 +32,6 @@ from vllm_tvm.compiler.fp8_gemm_dispatch import fp8_gemm_applies
 from vllm_tvm.compiler.gemm_dispatch import calls_cublaslt
 from vllm_tvm.compiler.int8_activations import int8_activation_isa, resolve_int8_activations
 from vllm_tvm.compiler.library_metadata import library_metadata
-from vllm_tvm.compiler.owned_kv_kernels import owned_kv_wanted
 from vllm_tvm.compiler.pipeline import LibraryContents, lowering_pipeline, rewrite_pipeline
 from vllm_tvm.compiler.quantization_report import format_report, quantization_errors
 from vllm_tvm.compiler.request import CompileRequest
@@ -121,8 +120,8 @@ def cache_key_for(request: CompileRequest) -> str:
     ranks and an EAGLE-3 target's layers (so those options are left to it: the model's own
     context and an explicit one that changes nothing share an artifact); the resolved
     options; the target as TVM configures it for this machine, the weights compiled
-    quantized, CUDA-graph capture, owned KV pages, TVM's version and the source of the code
-    that builds it."""
+    quantized, CUDA-graph capture, TVM's version and the source of the code that builds
+    it."""
     family, parsed = request_model_config(request)
     options = replace(
         request.options,
@@ -134,7 +133,6 @@ def cache_key_for(request: CompileRequest) -> str:
     depends_on = {
         "target": request.target.resolved_config(),
         "cuda_graph": request.cuda_graph,
-        "owned_kv": owned_kv_wanted(),
         "fat_archs": list(request.target.fat_archs),
         "weight_formats": dict(request.weight_formats),
         "tvm": tvm.__version__,

@@ -3,15 +3,16 @@ of whether a build exports those functions.
 
 Why here: the model definition may not import kernels (the layering test), so the compiler
 makes them for the model's shape and target and hands them in before export: TVM's append
-kernel and our decode kernel (compiler/device_decode_attention.py's pair), and TVM's TIR
-paged and ragged prefill kernels, all specialised to RoPE off and 1/sqrt(head_dim). The
+kernel and our decode kernel (compiler/device_decode_attention.py's pair), TVM's TIR ragged
+(causal) and paged (unmasked, over the cached tokens) prefill kernels, all specialised to
+RoPE off and 1/sqrt(head_dim), and TVM's merge of two attention states. The
 decode kernel is ours on CUDA; on CPUs TVM's, which takes the positions twice more (its
 RoPE offsets, unused): our kernel's CPU form, exact on its own, gave wrong attention inside
 a model's module on llvm (not yet understood), so the CPU path keeps TVM's.
 
-The choice: on CUDA targets a model that can run over owned pages exports them unless
-`OWNED_KV_ENV` (artifacts/owned_kv.py) is "0"; "1" exports them on any target (the CPU
-tests check the same functions against transformers). `decode_owned` is then marked for
+The choice is the `owned_kv` compile option (artifacts/compile_options.py), on any target
+(the CPU tests check the same functions against transformers); the runtime spec's
+`owned_pages` then tells the runtime to run them. `decode_owned` is marked for
 `RewriteCUDAGraph` (`mark_owned_decode`).
 """
 
@@ -19,6 +20,10 @@ from __future__ import annotations
 
 import tvm
 from tvm import tirx
+from tvm.relax.frontend.nn.llm._decode_kernels import (
+    _merge_state_inplace,
+    _merge_state_inplace_cpu,
+)
 from tvm.relax.frontend.nn.llm._prefill_kernels import (
     _attention_prefill,
     _attention_prefill_cpu,
@@ -30,8 +35,6 @@ from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE,
     OWNED_DECODE_MAX_BATCH,
     OWNED_DECODE_SINGLE,
-    OWNED_KV_ENV,
-    owned_kv_setting,
 )
 from vllm_tvm.compiler.device_decode_attention import (
     OWN_KERNEL,
@@ -44,38 +47,37 @@ from vllm_tvm.model_defs.owned_kv import OwnedKernels
 
 PREFILL_KERNEL = "owned_prefill_paged_kv"
 RAGGED_KERNEL = "owned_prefill_ragged_kv"
-"""Own symbols: TVM's cache adds `batch_prefill_paged_kv` / `batch_prefill_ragged_kv` to
-the same library."""
+MERGE_KERNEL = "owned_merge_attention_states"
+"""Own symbols: TVM's cache adds `batch_prefill_paged_kv` / `batch_prefill_ragged_kv` /
+`tir_attention_merge_state` to the same library."""
 PAGE_SIZE = 16
-_CAUSAL, _ROTARY_OFF, _ROPE_UNUSED = 1, 0, 1.0
+_CAUSAL, _UNMASKED, _ROTARY_OFF, _ROPE_UNUSED = 1, 0, 0, 1.0
 _OPAQUE = 8
 """relax's OpPatternKind kOpaque."""
 
 
-def owned_kv_wanted() -> bool:
-    """Whether a build exports the owned-page functions (`OWNED_KV_ENV`): only when asked.
-    Not yet by default on CUDA: its prefill runs TVM's TIR kernels, not FlashInfer's, and
-    mixed steps at b256 run slower than the cache path (measured on the H200,
-    docs/BENCHMARKS.md)."""
-    return owned_kv_setting() == "1"
-
-
-def attach_owned_kernels(model: PagedCausalLM, target: tvm.target.Target) -> None:
-    """Give `model` its owned-page kernels when it is wanted and able; a model that cannot
-    is left on the cache alone when the target's default asked, refused by name when
-    `OWNED_KV_ENV` forced it."""
-    if not owned_kv_wanted():
-        return
+def attach_owned_kernels(
+    model: PagedCausalLM,
+    target: tvm.target.Target,
+    speculative_role: str | None,
+    quantized_weights: bool,
+) -> None:
+    """Give `model` (asked for with the `owned_kv` option) its owned-page kernels; a model,
+    a speculative build or weights compiled quantized they do not serve are refused by name
+    (their forwards have only been checked for float weights and plain decoding)."""
     refusal = model.owned_kv_refusal()
+    if refusal is None and speculative_role is not None:
+        refusal = f"the speculative build {speculative_role!r}"
+    if refusal is None and quantized_weights:
+        refusal = "weights compiled quantized (use --weight-format dequantized)"
     if refusal is not None:
-        if owned_kv_setting() == "1":
-            raise ValueError(f"{OWNED_KV_ENV}=1: owned KV pages do not serve {refusal}")
-        return
+        raise ValueError(f"owned_kv: owned KV pages do not serve {refusal}")
     q_heads, kv_heads = model.cache_heads()
     shape = DecodeAttentionShape(q_heads, kv_heads, model.config.head_dim, model.dtype, PAGE_SIZE)
     kernel = OWN_KERNEL if target.kind.name == "cuda" else TVM_KERNEL
     append, decode = decode_attention_kernels(shape, target, kernel)
     kernels = (append, decode, _prefill_kernel(shape, target), _ragged_kernel(shape, target))
+    kernels += (_merge_kernel(shape, target),)
     model.owned_kernels = OwnedKernels(*(_opaque(kernel) for kernel in kernels), PAGE_SIZE)
 
 
@@ -91,7 +93,7 @@ def _prefill_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> t
         prefill = _attention_prefill_cpu(*arguments, page_size=shape.page_size)
     else:
         prefill = _attention_prefill(*arguments, target, page_size=shape.page_size)
-    return _causal_without_rope(prefill, shape).with_attr("global_symbol", PREFILL_KERNEL)
+    return _without_rope(prefill, shape, _UNMASKED).with_attr("global_symbol", PREFILL_KERNEL)
 
 
 def _ragged_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
@@ -100,15 +102,24 @@ def _ragged_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> ti
         ragged = _attention_prefill_ragged_cpu(*heads, shape.dtype, {})
     else:
         ragged = _attention_prefill_ragged(*heads, shape.dtype, {}, target)
-    return _causal_without_rope(ragged, shape).with_attr("global_symbol", RAGGED_KERNEL)
+    return _without_rope(ragged, shape, _CAUSAL).with_attr("global_symbol", RAGGED_KERNEL)
 
 
-def _causal_without_rope(kernel: tirx.PrimFunc, shape: DecodeAttentionShape) -> tirx.PrimFunc:
-    """A TVM prefill kernel with its trailing scalars bound: causal, RoPE off, our scale."""
+def _merge_kernel(shape: DecodeAttentionShape, target: tvm.target.Target) -> tirx.PrimFunc:
+    if target.kind.name == "llvm":
+        merge = _merge_state_inplace_cpu(shape.dtype)
+    else:
+        merge = _merge_state_inplace(shape.num_q_heads, shape.head_dim, shape.dtype, target)
+    return merge.with_attr("global_symbol", MERGE_KERNEL)
+
+
+def _without_rope(kernel: tirx.PrimFunc, shape: DecodeAttentionShape, mask: int) -> tirx.PrimFunc:
+    """A TVM prefill kernel with its trailing scalars bound: `mask` (_CAUSAL, _UNMASKED),
+    RoPE off, our scale."""
     causal, rotary_mode, rope_scale, rope_theta, sm_scale = kernel.params[-5:]
     return kernel.specialize(
         {
-            causal: tirx.IntImm("int32", _CAUSAL),
+            causal: tirx.IntImm("int32", mask),
             rotary_mode: tirx.IntImm("int32", _ROTARY_OFF),
             rope_scale: tirx.FloatImm("float32", _ROPE_UNUSED),
             rope_theta: tirx.FloatImm("float32", _ROPE_UNUSED),

@@ -27,6 +27,7 @@ from tvm.target import Target
 from vllm_tvm.model_defs.owned_kv import (
     DECODE_METADATA,
     FRESH_PREFILL_METADATA,
+    MIXED_PREFILL_METADATA,
     PREFILL_METADATA,
     OwnedKernels,
     OwnedPagedAttention,
@@ -135,6 +136,34 @@ class PagedCausalLM(nn.Module):
         attention = self._owned_attention(pages, metadata)
         hidden = self.model(input_embed, attention)
         return (self.logits(op.take(hidden, logit_positions, axis=1)), *attention.written)
+
+    def prefill_owned_mixed(
+        self,
+        input_embed: Tensor,
+        logit_positions: Tensor,
+        decode_rows: Tensor,
+        decode_page_indptr: Tensor,
+        decode_page_values: Tensor,
+        decode_last_page_len: Tensor,
+        prompt_rows: Tensor,
+        q_indptr: Tensor,
+        page_indptr: Tensor,
+        page_values: Tensor,
+        last_page_len: Tensor,
+        row_order: Tensor,
+        positions: Tensor,
+        append_slots: Tensor,
+        pages: Any,
+    ) -> Tensor:
+        """`prefill_owned` of one-token rows of cached sequences beside prompt chunks
+        (MIXED_PREFILL_METADATA): the former on the decode kernel."""
+        values = (decode_rows, decode_page_indptr, decode_page_values, decode_last_page_len)
+        values += (prompt_rows, q_indptr, page_indptr, page_values, last_page_len, row_order)
+        metadata = dict(
+            zip(MIXED_PREFILL_METADATA, (*values, positions, append_slots), strict=True)
+        )
+        hidden = self.model(input_embed, self._owned_attention(pages, metadata))
+        return self.logits(op.take(hidden, logit_positions, axis=1))
 
     def decode_owned(
         self,
@@ -300,6 +329,24 @@ class PagedCausalLM(nn.Module):
                 "logit_positions": ints("num_logits"),
                 "q_indptr": ints("num_seqs_plus_one"),
                 "k_rope_offsets": ints("num_seqs"),
+                "positions": ints("seq_len"),
+                "append_slots": ints("seq_len"),
+                "pages": pages,
+                "$": packed,
+            },
+            "prefill_owned_mixed": {
+                "input_embed": nn.spec.Tensor([1, "seq_len", cfg.hidden_size], self.dtype),
+                "logit_positions": ints("num_logits"),
+                "decode_rows": ints("num_decode"),
+                "decode_page_indptr": ints("num_decode_plus_one"),
+                "decode_page_values": ints("num_decode_page_values"),
+                "decode_last_page_len": ints("num_decode"),
+                "prompt_rows": ints("num_prompt_rows"),
+                "q_indptr": ints("num_seqs_plus_one"),
+                "page_indptr": ints("num_seqs_plus_one"),
+                "page_values": ints("num_page_values"),
+                "last_page_len": ints("num_seqs"),
+                "row_order": ints("seq_len"),
                 "positions": ints("seq_len"),
                 "append_slots": ints("seq_len"),
                 "pages": pages,

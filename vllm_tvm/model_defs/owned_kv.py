@@ -5,9 +5,10 @@ Why: TVM's cache runs attention from C++ behind an opaque builtin with metadata 
 the host that step, so a decode step cannot be captured whole into one CUDA graph. Here the
 pages of every layer and the step's metadata (block tables as CSR, lengths, positions,
 append slots) are plain function arguments, and attention is a few `call_tir`s of kernels
-the compiler hands in (`OwnedKernels`: TVM's append and paged prefill kernels, and a decode
-kernel), so `RewriteCUDAGraph` sees a static step. The runtime keeps the pages and one
-metadata buffer per batch-size bucket at fixed addresses (runtime/kv/owned_kv_cache.py).
+the compiler hands in (`OwnedKernels`: TVM's append, ragged and paged prefill and merge
+kernels, and a decode kernel), so `RewriteCUDAGraph` sees a static step. The runtime keeps
+the pages and one metadata buffer per batch-size bucket at fixed addresses
+(runtime/kv/owned_kv_cache.py).
 
 The object answers the two calls a layer makes of a cache (`get_query_positions`,
 `attention_with_fused_qkv`), so model definitions run over it unchanged. It rotates q and k
@@ -27,7 +28,8 @@ from tvm.relax.frontend.nn import Tensor, op
 from vllm_tvm.model_defs.rotary import rotate_at
 
 DECODE_METADATA = ("page_indptr", "page_values", "last_page_len", "positions", "append_slots")
-"""The decode step's metadata arguments, in runtime/kv/decode_step_buffers.py's order."""
+"""The decode step's metadata arguments, in runtime/kv/decode_step_buffers.py's order: the
+rows' pages as CSR over every token, the new one included."""
 PREFILL_METADATA = (
     "q_indptr",
     "page_indptr",
@@ -36,13 +38,36 @@ PREFILL_METADATA = (
     "positions",
     "append_slots",
 )
-"""The prefill's metadata arguments: per sequence CSR of its query rows and of its pages,
-its last page's fill; per token its position and its append slot."""
+"""The prefill's metadata arguments: per sequence CSR of its query rows and of the pages of
+its tokens cached before this forward (none: no pages, last_page_len the page size), the
+last such page's fill; per token its position and its append slot. Each row attends to
+its own chunk (the ragged kernel, causal) and to its cached tokens (the paged kernel, no
+mask), the two merged by their log-sum-exps, as TVM's cache does."""
 FRESH_PREFILL_METADATA = ("q_indptr", "k_rope_offsets", "positions", "append_slots")
 """A prefill of sequences with nothing cached: its keys are its own new rows, so attention
 runs over q/k/v as they are (TVM's ragged kernel) and the pages are only written; the k
 RoPE offsets (zeros) go unread with RoPE off."""
-
+MIXED_PREFILL_METADATA = (
+    "decode_rows",
+    "decode_page_indptr",
+    "decode_page_values",
+    "decode_last_page_len",
+    "prompt_rows",
+    "q_indptr",
+    "page_indptr",
+    "page_values",
+    "last_page_len",
+    "row_order",
+    "positions",
+    "append_slots",
+)
+"""A step of one-token rows of sequences with cached tokens beside prompt chunks: the
+one-token rows (`decode_rows`, with DECODE_METADATA's page CSR) go through the decode
+kernel, the prompt rows (`prompt_rows`, with PREFILL_METADATA's CSRs) through the ragged and
+paged kernels, and `row_order` puts [decoded rows, prompt rows] back in the step's row
+order; per row (step order) its position and append slot. Why: the paged prefill kernel
+run over every row of such a step made the decode-only b256 ramp 0.74x the cache path's
+on the H200 (docs/BENCHMARKS.md)."""
 
 _OWN_DECODE_ARGUMENTS = 7
 
@@ -56,14 +81,17 @@ class OwnedKernels:
     - `decode(q, pages, page_indptr, page_values, last_page_len[, positions, positions])
       -> (out, lse)`;
     - `prefill(q, q_indptr, pages, page_indptr, page_values, last_page_len, k_rope_offsets,
-      positions) -> (out, lse)`: causal, each sequence's rows the last of its keys;
+      positions) -> (out, lse)`: every row over all of its sequence's paged keys, no mask;
     - `ragged(q, q_indptr, k, v, kv_indptr, positions, k_rope_offsets) -> (out, lse)`:
-      causal over the rows' own k/v."""
+      causal over the rows' own k/v;
+    - `merge(out, lse, other_out, other_lse)`: in place, the first pair becomes the
+      attention over both key sets."""
 
     append: tirx.PrimFunc
     decode: tirx.PrimFunc
     prefill: tirx.PrimFunc
     ragged: tirx.PrimFunc
+    merge: tirx.PrimFunc
     page_size: int
 
     @property
@@ -84,9 +112,10 @@ class OwnedPagedAttention:
         rotary: tuple[np.ndarray, float] | None,
         num_kv_heads: int,
     ) -> None:
-        """`metadata`: DECODE_METADATA or PREFILL_METADATA by name (a prefill has
-        `q_indptr`); `rotary`: (inverse frequencies, cos/sin factor) the cache would have
-        rotated with, None when the model rotates every layer itself."""
+        """`metadata`: DECODE_METADATA, PREFILL_METADATA, FRESH_PREFILL_METADATA or
+        MIXED_PREFILL_METADATA by name (a prefill has `q_indptr`); `rotary`: (inverse
+        frequencies, cos/sin factor) the cache would have rotated with, None when the model
+        rotates every layer itself."""
         self.kernels = kernels
         self.pages = list(pages)
         self.metadata = metadata
@@ -126,22 +155,67 @@ class OwnedPagedAttention:
             Tensor.placeholder(self.pages[layer_id].shape, self.pages[layer_id].dtype),
         )
         self.written.append(pages)
-        out_shape = [Tensor.placeholder(q.shape, q.dtype)]
-        lse_shape = [Tensor.placeholder([q.shape[0], num_q_heads], "float32")]
         meta = self.metadata
-        if "k_rope_offsets" in meta:
+        if "decode_rows" in meta:
+            output = self._mixed_attention(q, k, v, pages)
+        elif "k_rope_offsets" in meta:
             inputs = [q, meta["q_indptr"], k, v, meta["q_indptr"], meta["positions"]]
             inputs += [meta["k_rope_offsets"]]
-            kernel, name = self.kernels.ragged, "owned_ragged_prefill_attention"
+            output = self._call(self.kernels.ragged, "owned_ragged_prefill_attention", inputs)[0]
         elif self.is_prefill:
-            inputs = [q, meta["q_indptr"], pages, meta["page_indptr"], meta["page_values"]]
-            # The kernel's k RoPE offsets (last_page_len again) go unread with its RoPE off.
-            inputs += [meta["last_page_len"], meta["last_page_len"], meta["positions"]]
-            kernel, name = self.kernels.prefill, "owned_prefill_attention"
+            output = self._chunk_attention(q, k, v, pages, meta["positions"])
         else:
             inputs = [q, pages, meta["page_indptr"], meta["page_values"], meta["last_page_len"]]
-            kernel, name = self.kernels.decode, "owned_decode_attention"
             if self.kernels.decode_takes_positions:
                 inputs += [meta["positions"], meta["positions"]]
-        output, _ = op.tensor_ir_op(kernel, name, inputs, [*out_shape, *lse_shape])
+            output = self._call(self.kernels.decode, "owned_decode_attention", inputs)[0]
         return output.reshape(batch, seq_len, num_q_heads, head_dim)
+
+    def _call(self, kernel: tirx.PrimFunc, name: str, inputs: list[Tensor]) -> tuple[Tensor, ...]:
+        """`kernel` over `inputs` (query rows first) -> (out like the rows, lse [rows, heads])."""
+        q = inputs[0]
+        outputs = [
+            Tensor.placeholder(q.shape, q.dtype),
+            Tensor.placeholder([q.shape[0], q.shape[1]], "float32"),
+        ]
+        return tuple(op.tensor_ir_op(kernel, name, inputs, outputs))
+
+    def _chunk_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, pages: Tensor, positions: Tensor
+    ) -> Tensor:
+        """PREFILL_METADATA's attention of chunk rows q/k/v (k/v already appended): each row
+        over its own chunk (causal) merged with its sequence's cached tokens."""
+        meta = self.metadata
+        # The k RoPE offsets (last_page_len again) go unread with RoPE off.
+        unread = meta["last_page_len"]
+        inputs = [q, meta["q_indptr"], k, v, meta["q_indptr"], positions, unread]
+        out, lse = self._call(self.kernels.ragged, "owned_ragged_prefill_attention", inputs)
+        inputs = [q, meta["q_indptr"], pages, meta["page_indptr"], meta["page_values"]]
+        inputs += [meta["last_page_len"], unread, positions]
+        cached, cached_lse = self._call(self.kernels.prefill, "owned_prefill_attention", inputs)
+        merged = op.tensor_ir_inplace_op(
+            self.kernels.merge,
+            "owned_merge_attention",
+            [out, lse, cached, cached_lse],
+            [0, 1],
+            [Tensor.placeholder(out.shape, out.dtype), Tensor.placeholder(lse.shape, "float32")],
+        )
+        return merged[0]
+
+    def _mixed_attention(self, q: Tensor, k: Tensor, v: Tensor, pages: Tensor) -> Tensor:
+        """MIXED_PREFILL_METADATA's attention: the one-token rows over their pages (k/v
+        already appended) with the decode kernel, the prompt rows as a prefill's chunk
+        rows; [rows, q heads, d] in the step's row order."""
+        meta = self.metadata
+        decode_q = op.take(q, meta["decode_rows"], axis=0)
+        inputs = [decode_q, pages, meta["decode_page_indptr"], meta["decode_page_values"]]
+        inputs += [meta["decode_last_page_len"]]
+        if self.kernels.decode_takes_positions:
+            decode_positions = op.take(meta["positions"], meta["decode_rows"], axis=0)
+            inputs += [decode_positions, decode_positions]
+        decoded = self._call(self.kernels.decode, "owned_decode_attention", inputs)[0]
+        rows = meta["prompt_rows"]
+        prompt_q, prompt_k, prompt_v = (op.take(x, rows, axis=0) for x in (q, k, v))
+        positions = op.take(meta["positions"], rows, axis=0)
+        prompted = self._chunk_attention(prompt_q, prompt_k, prompt_v, pages, positions)
+        return op.take(op.concat([decoded, prompted], dim=0), meta["row_order"], axis=0)

@@ -46,8 +46,8 @@ class EngineArgs:
 
     `artifact` None means the artifact is still to be resolved (compiled on first use) from
     `compile_options` (model, device's target, dtype, weight_format, quantization, attention,
-    gemm, cpu_int8_activations, tensor_parallel_size, max_model_len) by the entry point
-    (entrypoints/resolve.py); the engine itself needs it resolved. The KV pool is `num_blocks`
+    gemm, cpu_int8_activations, owned_kv, tensor_parallel_size, max_model_len) by the entry
+    point (entrypoints/resolve.py); the engine itself needs it resolved. The KV pool is `num_blocks`
     x `block_size` tokens, or sized from `kv_cache_memory` bytes, or from
     `gpu_memory_utilization` (the fraction of the device this process may use, measured after
     the weights are loaded); at most one of the three, none: DEFAULT_NUM_BLOCKS.
@@ -75,6 +75,7 @@ class EngineArgs:
     attention: str = option_default("attention")
     gemm: str = option_default("gemm")
     cpu_int8_activations: str = option_default("cpu_int8_activations")
+    owned_kv: bool = option_default("owned_kv")
     tensor_parallel_size: int = option_default("tensor_parallel_size")
     load_format: str = AUTO
     max_model_len: int | None = option_default("max_model_len")
@@ -135,6 +136,7 @@ class EngineArgs:
             self.tensor_parallel_size,
             self.max_model_len,
             cpu_int8_activations=self.cpu_int8_activations,
+            owned_kv=self.owned_kv,
         )
 
     @property

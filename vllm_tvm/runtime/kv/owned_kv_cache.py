@@ -15,12 +15,17 @@ The sequence operations are `PagedKVCache`'s (block_manager.py drives either).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
 
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE_MAX_BATCH
+from vllm_tvm.artifacts.owned_kv import (
+    OWNED_DECODE_MAX_BATCH,
+    OWNED_PREFILL,
+    OWNED_PREFILL_FRESH,
+    OWNED_PREFILL_MIXED,
+)
 from vllm_tvm.artifacts.runtime_spec import OwnedPagesSpec
 from vllm_tvm.runtime.kv.decode_step_buffers import DecodeStepBuffers
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig
@@ -40,6 +45,22 @@ def decode_bucket(batch: int) -> int:
     return DECODE_BUCKETS[bisect.bisect_left(DECODE_BUCKETS, batch)]
 
 
+def page_csr(
+    tables: Sequence[Sequence[int]], lengths: Sequence[int], page_size: int
+) -> list[np.ndarray]:
+    """The pages holding each sequence's first `lengths` tokens as CSR (indptr, values) and
+    the last page's fill; a sequence of no tokens has no pages and a fill of `page_size`
+    (the kernels read (pages - 1) * page_size + fill tokens). Values of no pages at all are
+    one unread 0: a device tensor of no elements is never passed."""
+    counts = -(-np.asarray(lengths, np.int64) // page_size)
+    values = [page for table, count in zip(tables, counts, strict=True) for page in table[:count]]
+    return [
+        np.concatenate([[0], np.cumsum(counts)]),
+        np.asarray(values or [0], np.int64),
+        np.asarray(lengths, np.int64) - (counts - 1) * page_size,
+    ]
+
+
 def prefill_metadata(
     tables: Sequence[Sequence[int]],
     cached: Sequence[int],
@@ -47,11 +68,9 @@ def prefill_metadata(
     page_size: int,
 ) -> list[np.ndarray]:
     """PREFILL_METADATA (model_defs/owned_kv.py) for sequences holding `cached` tokens that
-    get `new` more, their pages `tables` (covering both): q_indptr, page_indptr,
-    page_values, last_page_len, then each new token's position and append slot."""
-    totals = np.asarray(cached, np.int64) + np.asarray(new, np.int64)
-    pages = -(-totals // page_size)
-    flat = [page for table, count in zip(tables, pages, strict=True) for page in table[:count]]
+    get `new` more, their pages `tables` (covering both): q_indptr, then the cached tokens'
+    page_indptr, page_values, last_page_len, then each new token's position and append
+    slot."""
     positions = np.concatenate(
         [np.arange(c, c + n) for c, n in zip(cached, new, strict=True)]
     ).astype(np.int64)
@@ -61,13 +80,38 @@ def prefill_metadata(
     )
     arrays = [
         np.concatenate([[0], np.cumsum(new)]),
-        np.concatenate([[0], np.cumsum(pages)]),
-        np.asarray(flat),
-        totals - (pages - 1) * page_size,
+        *page_csr(tables, cached, page_size),
         positions,
         slot_pages * page_size + positions % page_size,
     ]
     return [np.ascontiguousarray(array, np.int32) for array in arrays]
+
+
+def mixed_metadata(
+    tables: Sequence[Sequence[int]],
+    cached: Sequence[int],
+    new: Sequence[int],
+    page_size: int,
+) -> list[np.ndarray] | None:
+    """MIXED_PREFILL_METADATA (model_defs/owned_kv.py) of a step with both one new token
+    after cached ones (a decode row) and prompt chunks; None for a step without both."""
+    decode = [i for i, (c, n) in enumerate(zip(cached, new, strict=True)) if c and n == 1]
+    prompts = [i for i in range(len(new)) if i not in set(decode)]
+    if not decode or not prompts:
+        return None
+    q_indptr, _, _, _, positions, slots = prefill_metadata(tables, cached, new, page_size)
+    decode_pages = page_csr([tables[i] for i in decode], [cached[i] + 1 for i in decode], page_size)
+    prompt_arrays = prefill_metadata(
+        [tables[i] for i in prompts],
+        [cached[i] for i in prompts],
+        [new[i] for i in prompts],
+        page_size,
+    )[:4]
+    decode_rows = q_indptr[decode]
+    prompt_rows = np.concatenate([np.arange(q_indptr[i], q_indptr[i + 1]) for i in prompts])
+    row_order = np.argsort(np.concatenate([decode_rows, prompt_rows]), kind="stable")
+    arrays = [decode_rows, *decode_pages, prompt_rows, *prompt_arrays, row_order]
+    return [np.ascontiguousarray(array, np.int32) for array in [*arrays, positions, slots]]
 
 
 class OwnedKVCache:
@@ -130,18 +174,25 @@ class OwnedKVCache:
             raise RuntimeError("owned KV metadata asked for outside a forward")
         return self._forward
 
-    def prefill_arguments(self, fresh_served: bool) -> tuple[bool, list[Any]]:
-        """Whether the current forward runs as a fresh prefill (its sequences had nothing
-        cached and `fresh_served`: the artifact has the function), and its metadata on the
-        device: FRESH_PREFILL_METADATA then, else PREFILL_METADATA."""
+    def prefill_arguments(self, functions: Collection[str]) -> tuple[str, list[Any]]:
+        """The function the current forward runs, of those the artifact has (`functions`):
+        OWNED_PREFILL_FRESH when none of its sequences has anything cached,
+        OWNED_PREFILL_MIXED for one-token rows of cached sequences beside such prompts, else
+        OWNED_PREFILL; and its metadata on the device (model_defs/owned_kv.py's
+        FRESH_PREFILL_METADATA, MIXED_PREFILL_METADATA, PREFILL_METADATA)."""
         seq_ids, cached, new = self._current()
         tables = [self.table.pages(seq_id) for seq_id in seq_ids]
-        arrays = prefill_metadata(tables, cached, new, self.config.page_size)
-        fresh = fresh_served and not any(cached)
-        if fresh:
+        page_size = self.config.page_size
+        arrays = prefill_metadata(tables, cached, new, page_size)
+        name = OWNED_PREFILL
+        if OWNED_PREFILL_FRESH in functions and not any(cached):
             q_indptr, _, _, _, positions, slots = arrays
-            arrays = [q_indptr, np.zeros(len(seq_ids), np.int32), positions, slots]
-        return fresh, [self._to_device(array) for array in arrays]
+            name, arrays = OWNED_PREFILL_FRESH, [q_indptr, np.zeros_like(new), positions, slots]
+        elif OWNED_PREFILL_MIXED in functions:
+            mixed = mixed_metadata(tables, cached, new, page_size)
+            if mixed is not None:
+                name, arrays = OWNED_PREFILL_MIXED, mixed
+        return name, [self._to_device(np.asarray(array, np.int32)) for array in arrays]
 
     def decode_arguments(self) -> tuple[int, list[Any]]:
         """The current one-token forward's bucket and its DECODE_METADATA, copied into the

@@ -22,10 +22,7 @@ from vllm_tvm.artifacts.manifest import LIBRARY_NAME, ArtifactError, Manifest, r
 from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE,
     OWNED_DECODE_SINGLE,
-    OWNED_KV_ENV,
-    OWNED_PREFILL,
     OWNED_PREFILL_FRESH,
-    owned_kv_setting,
 )
 from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
@@ -122,10 +119,10 @@ class ModelRunner(Runner):
         self._held_inputs: list[Any] = []
 
     def _new_kv_cache(self) -> PagedKVCache | OwnedKVCache:
-        """Pages the runner owns when the runtime spec has `owned_pages` (unless
-        `OWNED_KV_ENV` is "0"), else TVM's cache."""
+        """Pages the runner owns when the runtime spec has `owned_pages` (an artifact built
+        with the `owned_kv` option), else TVM's cache."""
         owned = self.spec.owned_pages
-        if owned is None or owned_kv_setting() == "0":
+        if owned is None:
             return PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
         return OwnedKVCache(
             self.kv_config,
@@ -285,16 +282,16 @@ class ModelRunner(Runner):
         if name != "prefill":
             raise ArtifactError(
                 f"the compiled {name!r} runs over TVM's KV cache, and this runner owns its "
-                f"KV pages; {OWNED_KV_ENV}=0 runs every forward over TVM's cache"
+                "KV pages; an artifact built without the owned_kv option runs every forward "
+                "over TVM's cache"
             )
         self.kv_cache.begin_forward(seq_ids, lengths)
-        served = OWNED_PREFILL_FRESH in self.manifest.functions
-        fresh, metadata = self.kv_cache.prefill_arguments(served)
+        function, metadata = self.kv_cache.prefill_arguments(self.manifest.functions)
         self._held_inputs.extend(metadata)
-        call = self._function(OWNED_PREFILL_FRESH if fresh else OWNED_PREFILL)
-        outputs = call(*inputs, *metadata, self.kv_cache.pages, self.params)
+        outputs = self._function(function)(*inputs, *metadata, self.kv_cache.pages, self.params)
         self.kv_cache.end_forward()
-        return outputs[0] if fresh else outputs  # a fresh prefill returns the pages too
+        # A fresh prefill returns the pages too.
+        return outputs[0] if function == OWNED_PREFILL_FRESH else outputs
 
     def _owned_decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> DeviceLogits:
         """One `decode_owned` step, padded to its bucket: ids 0 and no pages in the padding
