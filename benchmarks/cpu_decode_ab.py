@@ -35,7 +35,10 @@ def run(spec: str, args: argparse.Namespace) -> dict:
     """One profile run with `vllm_tvm` imported from the tree of `spec` (PATH[@CHOICE]):
     its summary and load."""
     tree, _, int8 = spec.partition("@")
-    command = [sys.executable, str(HERE / "cpu_decode_profile.py"), "--repeats", "3"]
+    # The tree's own profile script: it puts its tree first on sys.path (through cpu_peers),
+    # so PYTHONPATH alone would not choose which vllm_tvm it imports.
+    script = Path(tree) / "benchmarks" / "cpu_decode_profile.py"
+    command = [sys.executable, str(script), "--repeats", "3"]
     command += ["--steps", str(args.steps), "--context", str(args.context)]
     command += ["--cpu-int8-activations", int8] if int8 else []
     command += ["--gguf", str(args.gguf)] if args.gguf else []

@@ -33,7 +33,7 @@ from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.gguf_repack import repack
 from vllm_tvm.checkpoints.gguf_weights import RawTensor
-from vllm_tvm.checkpoints.weight_formats import FORMATS
+from vllm_tvm.checkpoints.weight_formats import FORMATS, WIDENED
 from vllm_tvm.cli.main import build_parser
 from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
 from vllm_tvm.compiler.int8_activations import int8_activations_pass
@@ -85,7 +85,8 @@ def routed_library(
     # A run-time row count of a block format takes the register-blocked GEMM; a static single
     # row, and every K-quant product, the GEMV.
     kernel = "dot" if rows == 1 or quantization == "q8_k" else "gemm"
-    assert names == {"forward", f"quantize_activations_{quantization}", f"int8_{kernel}_{fmt_name}"}
+    product = f"int8_{kernel}_{FORMATS[fmt_name].kernel}"
+    assert names == {"forward", f"quantize_activations_{quantization}", product}
     target = resolve_target("llvm").make_target()
     library = tvm.compile(mod, target=target, relax_pipeline=lowering_pipeline(target))
     assembly = library.mod.imports[0].inspect_source("asm") if library.mod.imports else ""
@@ -96,9 +97,17 @@ def routed_library(
 
 @needs_int8_dot
 @pytest.mark.parametrize("rows", [1, 11], ids=["static_one_row", "run_time_rows"])
-@pytest.mark.parametrize("qtype", INT8_TYPES, ids=lambda t: t.name)
-def test_routed_product_equals_llama_cpp_quantize_then_dot(qtype: Q, rows: int) -> None:
-    fmt = FORMATS[qtype.name.lower()]
+@pytest.mark.parametrize(
+    ("qtype", "fmt_name"),
+    [*((t, t.name.lower()) for t in INT8_TYPES), (Q.Q5_0, WIDENED["Q5_0"])],
+    ids=lambda value: getattr(value, "name", value),
+)
+def test_routed_product_equals_llama_cpp_quantize_then_dot(
+    qtype: Q, fmt_name: str, rows: int
+) -> None:
+    """Also Q5_0 kept in Q8_0's planes (WIDENED), which the Q8_0 kernel multiplies: the
+    same integer sums as llama.cpp's Q5_0 x Q8_0 dot."""
+    fmt = FORMATS[fmt_name]
     activations = "q8_1" if qtype in WITH_MINS else "q8_0"
     library = routed_library(fmt.name, rows, FEATURES, COLUMNS, activations)
 

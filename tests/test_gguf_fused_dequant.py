@@ -30,7 +30,7 @@ from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
 from vllm_tvm.checkpoints.gguf_repack import repack
 from vllm_tvm.checkpoints.gguf_weights import GGUFWeights
-from vllm_tvm.checkpoints.weight_formats import FLOAT, FORMATS
+from vllm_tvm.checkpoints.weight_formats import FLOAT, FORMATS, WIDENED
 from vllm_tvm.cli.main import build_parser
 from vllm_tvm.compiler.build import cache_key_for, compile_cached, make_request
 from vllm_tvm.runtime.model.runner import ModelRunner
@@ -62,6 +62,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[Q, Path]:
     return {t: write_quantized_llama(folder / f"{t.name}.gguf", t) for t in FUSED_TYPES}
 
 
+def _kept(qtype: Q) -> str:
+    """The format a CPU build keeps `qtype` weights in: its own, or its wider one."""
+    return WIDENED.get(qtype.name, qtype.name.lower())
+
+
 def _artifact(model: Path, weight_format: str) -> Path:
     return compile_cached(
         make_request(CompileOptions(model, weight_format=weight_format)), show_progress=False
@@ -79,7 +84,7 @@ def test_native_keeps_every_linear_and_embedding_weight_quantized(
     files: dict[Q, Path], qtype: Q
 ) -> None:
     request = make_request(CompileOptions(files[qtype]))
-    assert dict(request.weight_formats) == {name: qtype.name.lower() for name in QUANTIZABLE}
+    assert dict(request.weight_formats) == {name: _kept(qtype) for name in QUANTIZABLE}
 
 
 @pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
@@ -132,7 +137,7 @@ def test_loaded_weights_stay_in_their_stored_dtypes(files: dict[Q, Path], qtype:
     planes = {
         f"{weight}.{plane.name}": plane.dtype
         for weight in QUANTIZABLE
-        for plane in FORMATS[qtype.name.lower()].planes
+        for plane in FORMATS[_kept(qtype)].planes
     }
     assert {name: held[name][0] for name in planes} == planes
     assert {rank for name, (_, rank) in held.items() if name not in planes} == {1}
@@ -262,14 +267,17 @@ def _per(plane: np.ndarray, values: int) -> np.ndarray:
     return np.repeat(plane.astype(np.float32), values, axis=1)
 
 
-def _decode_planes(p: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
-    """The weight from its planes by ggml's formulas, written independently of the loader:
-    int8 values, or bit fields packed in value order into uint32 words (4-bit values, then
-    the 1 or 2 high bits of Q5_0 / Q5_1 / Q5_K / Q6_K; 2-bit values and Q3_K's third bit);
-    fp16 scale d (and min m) per 32 values; K-quants: fp16 d (dmin) per 256 values times
-    integer scales (mins) per 32 (Q2_K, Q3_K, Q6_K: 16)."""
-    if qtype == Q.Q8_0:
+def _decode_planes(p: dict[str, np.ndarray], qtype: Q, fmt: str) -> np.ndarray:
+    """The weight from its planes (format `fmt` of type `qtype`) by ggml's formulas, written
+    independently of the loader: int8 values, or bit fields packed in value order into uint32
+    words (4-bit values, then the 1 or 2 high bits of Q5_0 / Q5_1 / Q5_K / Q6_K; 2-bit values
+    and Q3_K's third bit), or, in the WIDENED formats, one value a byte; fp16 scale d (and
+    min m) per 32 values; K-quants: fp16 d (dmin) per 256 values times integer scales (mins)
+    per 32 (Q2_K, Q3_K, Q6_K: 16)."""
+    if fmt in ("q8_0", WIDENED["Q5_0"]):
         return _per(p["d"], 32) * p["qs"].astype(np.float32)
+    if fmt == WIDENED["Q6_K"]:
+        return (_per(p["d"], 256) * _per(p["sc"], 16)) * p["qs"].astype(np.float32)
     if qtype == Q.F16:
         return p["w"].astype(np.float32)
     if qtype == Q.BF16:
@@ -295,14 +303,20 @@ def _decode_planes(p: dict[str, np.ndarray], qtype: Q) -> np.ndarray:
     return (_per(p["d"], 256) * _per(p["sc"], 32)) * q - _per(p["dmin"], 256) * _per(p["mn"], 32)
 
 
-@pytest.mark.parametrize("qtype", FUSED_TYPES, ids=lambda t: t.name)
-def test_repacked_planes_hold_the_values_ggml_decodes(files: dict[Q, Path], qtype: Q) -> None:
+@pytest.mark.parametrize(
+    ("qtype", "fmt"),
+    [*((t, t.name.lower()) for t in FUSED_TYPES), *((Q[t], fmt) for t, fmt in WIDENED.items())],
+    ids=lambda value: getattr(value, "name", value),
+)
+def test_repacked_planes_hold_the_values_ggml_decodes(
+    files: dict[Q, Path], qtype: Q, fmt: str
+) -> None:
     weights = GGUFWeights(files[qtype])
     for name in ("model.layers.1.self_attn.k_proj.weight", "model.layers.0.mlp.down_proj.weight"):
         raw = weights.raw(name)
-        planes = repack(raw, FORMATS[qtype.name.lower()])
+        planes = repack(raw, FORMATS[fmt])
         expected = gguf.quants.dequantize(raw.data, qtype).reshape(raw.shape)
-        np.testing.assert_array_equal(_decode_planes(planes, qtype), expected, name)
+        np.testing.assert_array_equal(_decode_planes(planes, qtype, fmt), expected, name)
 
 
 def test_repack_refuses_a_tensor_of_another_type(files: dict[Q, Path]) -> None:

@@ -21,7 +21,7 @@ from gguf_fused_dequant_helpers import PROMPT, greedy, write_quantized_llama
 
 from vllm_tvm.artifacts.compile_options import CompileOptions
 from vllm_tvm.artifacts.manifest import read_manifest
-from vllm_tvm.checkpoints.weight_formats import FLOAT
+from vllm_tvm.checkpoints.weight_formats import FLOAT, WIDENED
 from vllm_tvm.compiler.build import compile_cached, make_request
 
 STEPS = 8
@@ -45,17 +45,19 @@ TYPES = {
     "model.embed_tokens.weight": Q.Q8_0,
     "lm_head.weight": Q.Q8_0,
 }
+Q5_0_KEPT = WIDENED["Q5_0"]
+"""CPU builds keep Q5_0 blocks in Q8_0's planes (the same values)."""
 EXPECTED_FORMATS = {
-    f"{LAYER0}self_attn.qkv_proj.weight.sources_0_2": "q5_0",
+    f"{LAYER0}self_attn.qkv_proj.weight.sources_0_2": Q5_0_KEPT,
     f"{LAYER0}self_attn.qkv_proj.weight.sources_2_3": "q8_0",
     f"{LAYER0}mlp.gate_up_proj.weight.sources_0_1": "q4_1",
     f"{LAYER0}mlp.gate_up_proj.weight.sources_1_2": "q8_0",
-    f"{LAYER1}self_attn.qkv_proj.weight.sources_0_1": "q5_0",
+    f"{LAYER1}self_attn.qkv_proj.weight.sources_0_1": Q5_0_KEPT,
     f"{LAYER1}self_attn.qkv_proj.weight.sources_1_2": "q8_0",
-    f"{LAYER1}self_attn.qkv_proj.weight.sources_2_3": "q5_0",
+    f"{LAYER1}self_attn.qkv_proj.weight.sources_2_3": Q5_0_KEPT,
     f"{LAYER1}mlp.gate_up_proj.weight": "q4_0",
     **{f"model.layers.{i}.self_attn.o_proj.weight": "q4_0" for i in range(2)},
-    **{f"model.layers.{i}.mlp.down_proj.weight": "q5_0" for i in range(2)},
+    **{f"model.layers.{i}.mlp.down_proj.weight": Q5_0_KEPT for i in range(2)},
     "model.embed_tokens.weight": "q8_0",
     "lm_head.weight": "q8_0",
 }
@@ -91,7 +93,7 @@ def test_manifest_holds_no_matrix_as_float_and_parts_read_their_own_tensors(
     parts = {p.name: p for p in manifest.params if ".qkv_proj.weight.sources_" in p.name}
     first = parts[f"{LAYER0}self_attn.qkv_proj.weight.sources_0_2.qs"]
     assert first.sources == [f"{LAYER0}self_attn.{p}_proj.weight" for p in "qk"]
-    assert (first.format, first.shape) == ("q5_0", [(4 + 2) * 16, 64 // 8])
+    assert (first.format, first.dtype, first.shape) == (Q5_0_KEPT, "int8", [(4 + 2) * 16, 64])
     value = parts[f"{LAYER0}self_attn.qkv_proj.weight.sources_2_3.qs"]
     assert value.sources == [f"{LAYER0}self_attn.v_proj.weight"]
     assert (value.format, value.dtype, value.shape) == ("q8_0", "int8", [2 * 16, 64])

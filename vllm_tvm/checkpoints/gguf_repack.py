@@ -80,6 +80,15 @@ def _q5_0(blocks: Bytes) -> dict[str, np.ndarray]:
     }
 
 
+def _q5_0_as_q8_0(blocks: Bytes) -> dict[str, np.ndarray]:
+    """Q5_0 blocks in Q8_0's planes: each value's int8 q - 16 (low nibble + 16 * fifth bit,
+    less 16) and the block's fp16 d, so d * qs is the file's d * (q - 16) exactly."""
+    nibbles = _split_nibbles(blocks[:, :, 6:22]).reshape(blocks.shape[0], blocks.shape[1], 32)
+    fifth = (_uint32(blocks, 2)[..., None] >> np.arange(32, dtype=np.uint32)) & 1
+    values = nibbles.astype(np.int16) + 16 * fifth.astype(np.int16) - 16
+    return {"qs": _flat(values.astype(np.int8)), "d": _float16(blocks, 0)}
+
+
 def _q5_1(blocks: Bytes) -> dict[str, np.ndarray]:
     return {
         "qs": _pack(_split_nibbles(blocks[:, :, 8:24]), 4),
@@ -166,7 +175,8 @@ def _q5_k(blocks: Bytes) -> dict[str, np.ndarray]:
     }
 
 
-def _q6_k(blocks: Bytes) -> dict[str, np.ndarray]:
+def _q6_k_fields(blocks: Bytes) -> tuple[Bytes, Bytes]:
+    """Q6_K's low nibbles and two high bits of each value, in value order: [rows, n] each."""
     # Per 128 values: ql bytes l (l < 32) hold values l (low nibble) and 64 + l (high),
     # bytes 32 + l values 32 + l and 96 + l; qh byte l holds the two high bits of values
     # l, 32 + l, 64 + l, 96 + l at bits 0, 2, 4, 6.
@@ -175,12 +185,23 @@ def _q6_k(blocks: Bytes) -> dict[str, np.ndarray]:
     qh = blocks[:, :, 128:192].reshape(rows, -1, 32)
     low = np.concatenate([ql & 0x0F, ql >> 4], axis=-2)  # quarters 0, 1, 2, 3
     high = np.stack([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], axis=-2)
-    return {
-        "qs": _pack(_flat(low), 4),
-        "qh": _pack(_flat(high), 2),
-        "sc": _flat(blocks[:, :, 192:208]).view(np.int8),
-        "d": _float16(blocks, 208),
-    }
+    return _flat(low), _flat(high)
+
+
+def _q6_k_scales(blocks: Bytes) -> dict[str, np.ndarray]:
+    return {"sc": _flat(blocks[:, :, 192:208]).view(np.int8), "d": _float16(blocks, 208)}
+
+
+def _q6_k(blocks: Bytes) -> dict[str, np.ndarray]:
+    low, high = _q6_k_fields(blocks)
+    return {"qs": _pack(low, 4), "qh": _pack(high, 2), **_q6_k_scales(blocks)}
+
+
+def _q6_k_as_int8(blocks: Bytes) -> dict[str, np.ndarray]:
+    """Q6_K blocks with each value as the int8 q - 32 (scales as Q6_K's)."""
+    low, high = _q6_k_fields(blocks)
+    values = low.astype(np.int16) + 16 * high.astype(np.int16) - 32
+    return {"qs": values.astype(np.int8), **_q6_k_scales(blocks)}
 
 
 def _f16(blocks: Bytes) -> dict[str, np.ndarray]:
@@ -196,12 +217,14 @@ _REPACK: dict[str, Callable[[Bytes], dict[str, np.ndarray]]] = {
     "q4_0": _q4_0,
     "q4_1": _q4_1,
     "q5_0": _q5_0,
+    "q5_0_as_q8_0": _q5_0_as_q8_0,
     "q5_1": _q5_1,
     "q2_k": _q2_k,
     "q3_k": _q3_k,
     "q4_k": _q4_k,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "q6_k_as_int8": _q6_k_as_int8,
     "f16": _f16,
     "bf16": _bf16,
 }

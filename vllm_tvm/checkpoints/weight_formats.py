@@ -57,6 +57,14 @@ class QuantFormat:
     ggml_type: str
     block_size: int
     planes: tuple[Plane, ...]
+    layout: str = ""
+    """The format whose planes and values this one's are, for a stored type kept in a wider
+    format (`WIDENED`): its kernels read them. Empty: the format's own."""
+
+    @property
+    def kernel(self) -> str:
+        """The format the kernels are chosen by: `layout` where set, else the name."""
+        return self.layout or self.name
 
     def plane(self, name: str) -> Plane:
         """The plane called `name`; ValueError naming the planes that exist."""
@@ -90,6 +98,8 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("q4_0", "Q4_0", 32, (_NIBBLES, _SCALES)),
         QuantFormat("q4_1", "Q4_1", 32, (_NIBBLES, _SCALES, Plane("m", "float16", 32))),
         QuantFormat("q5_0", "Q5_0", 32, (_NIBBLES, _FIFTH_BITS, _SCALES)),
+        # Q5_0 blocks as Q8_0's planes: int8 q - 16 and the block's fp16 d (see WIDENED).
+        QuantFormat("q5_0_as_q8_0", "Q5_0", 32, (Plane("qs", "int8", 1), _SCALES), "q8_0"),
         QuantFormat(
             "q5_1", "Q5_1", 32, (_NIBBLES, _FIFTH_BITS, _SCALES, Plane("m", "float16", 32))
         ),
@@ -119,6 +129,13 @@ FORMATS: dict[str, QuantFormat] = {
                 Plane("d", "float16", 256),
             ),
         ),
+        # Q6_K's values as int8 q - 32, its scales as they are (see WIDENED).
+        QuantFormat(
+            "q6_k_as_int8",
+            "Q6_K",
+            256,
+            (Plane("qs", "int8", 1), Plane("sc", "int8", 16), Plane("d", "float16", 256)),
+        ),
         # 16-bit floats, one to an element (BF16 as its bit pattern: numpy has no bfloat16),
         # counted in runs of 32 columns as the CPU schedule's dequantized tile is.
         QuantFormat("f16", "F16", 32, (Plane("w", "float16", 1),)),
@@ -145,7 +162,21 @@ FORMATS: dict[str, QuantFormat] = {
 }
 """Formats the fused matmul implements, by name (the name the manifest records)."""
 
-_BY_GGML_TYPE = {fmt.ggml_type: fmt for fmt in FORMATS.values()}
+WIDENED = {"Q5_0": "q5_0_as_q8_0", "Q6_K": "q6_k_as_int8"}
+"""Stored types that CPU builds keep in a wider format holding the same values.
+
+Why: the CPU fused matmul streams weights at memory speed only where each value is a byte;
+unpacking Q5_0's fifth bit or Q6_K's two high bits (a shift, a mask and an add per value
+more than a 4-bit type) bound their products, which took 2.1x (Q5_0) and 1.6x (Q6_K) the
+CPU time of the same values stored a byte each in a decode step of a Qwen2.5-0.5B Q4_K_M
+file (docs/BENCHMARKS.md). The widened formats hold every value in a byte and keep the
+scales as stored, so they give the same numbers at more bytes: Q5_0 in Q8_0's planes (d
+times the int8 q - 16, read by the Q8_0 kernels, float and integer; 34 bytes per 32 values
+instead of 22), Q6_K's q - 32 as int8 (1.07 bytes a value instead of 0.82). Nothing is
+requantized. Q4_K stays packed: a byte a value (1.9x its bytes) gained 1.07x there."""
+
+_BY_GGML_TYPE = {f.ggml_type: f for f in FORMATS.values() if f.name not in WIDENED.values()}
+"""The format each stored type is kept in where it is not widened."""
 
 SIXTEEN_BIT_TYPES = ("F16", "BF16")
 """Float types whose formats keep weights 16-bit and widen them in registers: worth it only
@@ -176,6 +207,7 @@ def choose_formats(
     tensor_types: Mapping[str, str],
     keep_16_bit: bool = False,
     splittable: Collection[str] = (),
+    widen: Collection[str] = (),
 ) -> dict[str, str]:
     """Which weights stay quantized: parameter (or part) name -> format name.
 
@@ -186,7 +218,8 @@ def choose_formats(
     such types stays quantized in parts, one per run of sources of one type
     (checkpoints/fused_parts.py). Every other weight is left out (dequantized at load).
     F16 / BF16 weights stay 16-bit only with `keep_16_bit` (otherwise they are converted to
-    the artifact's dtype at load, as float weights are).
+    the artifact's dtype at load, as float weights are). Stored types named in `widen` (keys
+    of `WIDENED`) are kept in their wider format.
     """
     chosen = {}
     for name, (sources, shape) in weights.items():
@@ -194,7 +227,7 @@ def choose_formats(
         runs = same_type_runs(types)
         if len(runs) > 1 and name not in splittable:
             continue
-        formats = [_kept_format(types[first] or "", shape, keep_16_bit) for first, _ in runs]
+        formats = [_kept_format(types[first] or "", shape, keep_16_bit, widen) for first, _ in runs]
         if None in formats:
             continue
         if len(runs) == 1:
@@ -205,9 +238,11 @@ def choose_formats(
     return chosen
 
 
-def _kept_format(stored: str, shape: Sequence[int], keep_16_bit: bool) -> str | None:
+def _kept_format(
+    stored: str, shape: Sequence[int], keep_16_bit: bool, widen: Collection[str]
+) -> str | None:
     """The format a weight of ggml type `stored` and `shape` is kept in; None: dequantized."""
-    fmt = _BY_GGML_TYPE.get(stored)
+    fmt = FORMATS[WIDENED[stored]] if stored in widen else _BY_GGML_TYPE.get(stored)
     if stored in SIXTEEN_BIT_TYPES and not keep_16_bit:
         return None
     if fmt is not None and int(shape[-1]) % fmt.block_size == 0:

@@ -77,6 +77,7 @@ def make_request(options: CompileOptions) -> CompileRequest:
         options.weight_format,
         options.quantization,
         options.tensor_parallel_size,
+        options.cpu_int8_activations,
     )
     if spec.fat_archs and options.attention != ATTENTION_TIR:
         raise ValueError(

@@ -31,6 +31,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.sym.analyzer import Analyzer
 
 from vllm_tvm.artifacts.compile_options import INT8_AUTO, INT8_OFF, INT8_ON
+from vllm_tvm.checkpoints.weight_formats import quant_format
 from vllm_tvm.compiler.relax_rewrite import rewrite_functions
 from vllm_tvm.compiler.targets import TargetSpec
 from vllm_tvm.schedules.cpu_int8_dot import (
@@ -87,7 +88,8 @@ def _why_not(spec: TargetSpec, dtype: str, weight_formats: Mapping[str, str]) ->
         )
     if dtype != ACTIVATION_DTYPE:
         return f"dtype '{dtype}': the integer path takes {ACTIVATION_DTYPE} activations"
-    if not set(weight_formats.values()) & set(INTEGER_FORMATS):
+    kernels = {quant_format(name).kernel for name in weight_formats.values()}
+    if not kernels & set(INTEGER_FORMATS):
         kept = ", ".join(sorted(set(weight_formats.values()))) or "none"
         return (
             f"no weight is kept as one of {', '.join(INTEGER_FORMATS)} (kept quantized: "

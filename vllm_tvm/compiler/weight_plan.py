@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vllm_tvm.artifacts.compile_options import INT8_OFF
 from vllm_tvm.artifacts.manifest import ParamEntry
 from vllm_tvm.checkpoints.fused_parts import WeightSources, part_sources
 from vllm_tvm.checkpoints.group_quantization import GROUP_SIZE, check_quantization
@@ -24,10 +25,12 @@ from vllm_tvm.checkpoints.prequantized import is_prequantized, open_prequantized
 from vllm_tvm.checkpoints.safetensors_weights import SafetensorsWeights
 from vllm_tvm.checkpoints.weight_formats import (
     DEQUANTIZED,
+    WIDENED,
     check_weight_format_mode,
     choose_formats,
     quant_format,
 )
+from vllm_tvm.compiler.int8_activations import INTEGER_FORMATS
 from vllm_tvm.compiler.recurrent_kernels import build_options
 from vllm_tvm.compiler.targets import TargetSpec
 from vllm_tvm.model_defs.architectures import family_for
@@ -42,6 +45,7 @@ def plan_weight_formats(
     mode: str,
     quantization: str | None = None,
     tensor_parallel_shards: int = 1,
+    cpu_int8_activations: str = INT8_OFF,
 ) -> dict[str, str]:
     """Parameter name -> format name of every weight compiled quantized (empty: none).
 
@@ -50,7 +54,9 @@ def plan_weight_formats(
     `quantization` (checkpoints/group_quantization.py) quantizes a float checkpoint's linear
     and embedding weights whose rows are whole groups; a GGUF file is already quantized.
     F16 / BF16 weights stay 16-bit in unsplit fp32 CPU artifacts (`tensor_parallel_shards`
-    1): a split takes float weights only.
+    1): a split takes float weights only. CPU artifacts keep the stored types of
+    `weight_formats.WIDENED` in their wider format (the same values, streamed faster; see
+    `widened_types` for the `cpu_int8_activations` choice).
     """
     check_weight_format_mode(mode)
     check_quantization(quantization)
@@ -85,7 +91,19 @@ def plan_weight_formats(
     on_cpu = target.kind == "llvm"
     keep_16_bit = on_cpu and dtype == "float32" and tensor_parallel_shards == 1
     splittable = _splittable(model, candidates) if on_cpu else set()
-    return choose_formats(candidates, read_gguf_tensor_types(model_path), keep_16_bit, splittable)
+    tensor_types = read_gguf_tensor_types(model_path)
+    widen = widened_types(cpu_int8_activations) if on_cpu else ()
+    return choose_formats(candidates, tensor_types, keep_16_bit, splittable, widen)
+
+
+def widened_types(cpu_int8_activations: str) -> list[str]:
+    """The stored types a CPU build keeps in their wider format (weight_formats.WIDENED):
+    all of them on the float path; with int8 activations possible (`on`, `auto`), those
+    whose wider format an integer kernel multiplies (Q5_0 as Q8_0), so that the others keep
+    their K-quant integer products."""
+    if cpu_int8_activations == INT8_OFF:
+        return list(WIDENED)
+    return [t for t, fmt in WIDENED.items() if quant_format(fmt).kernel in INTEGER_FORMATS]
 
 
 def _splittable(model: Any, candidates: dict[str, tuple[list[str], Any]]) -> set[str]:

@@ -8,12 +8,10 @@ formulas in ggml's order of operations (so the values are the ones llama.cpp and
 `dequantized` path use), feeding the same fp32-accumulating NT matmul as `NTLinear`. The
 schedules tile or inline the `dequantize` stage (CPU: schedules/cpu_quant_matmul.py; GPUs:
 dlight's GEMV/Matmul), so the fp32 weight never exists in memory. The embedding table
-gathers rows the same way.
-
-`apply_weight_formats` swaps these in for the float weights of an already built model, so
-the model definitions stay written in plain `NTLinear` / `nn.Embedding`; a fused projection
-whose checkpoint tensors have different types gets one quantized product per part
-(`QuantWeightParts`).
+gathers rows the same way. `apply_weight_formats` swaps these in for the float weights of
+an already built model, so the model definitions stay written in plain `NTLinear` /
+`nn.Embedding`; a fused projection whose checkpoint tensors have different types gets one
+quantized product per part (`QuantWeightParts`).
 """
 
 from __future__ import annotations
@@ -123,6 +121,11 @@ def _q6_k(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     return scale * (_with_high_bits(p, row, col) - _f32(32))
 
 
+def _q6_k_int8(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
+    """Q6_K with the int8 q - 32 per value (weight_formats.WIDENED): (d * scale) * value."""
+    return (p.value("d", row, col) * p.value("sc", row, col)) * p.value("qs", row, col)
+
+
 def _int4(p: _Planes, row: tirx.Expr, col: tirx.Expr) -> tirx.Expr:
     """GPTQ / AWQ / compressed-tensors int4: s * (q - z), q 4-bit, fp32 s and zero z per
     group (checkpoints/int4_weights.py)."""
@@ -208,6 +211,7 @@ _VALUE: dict[str, Value] = {
     "q4_k": _k_with_min,
     "q5_k": _q5_k,
     "q6_k": _q6_k,
+    "q6_k_as_int8": _q6_k_int8,
     "f16": _f16,
     "bf16": _bf16,
     "fp8_e4m3": _fp8_e4m3,
@@ -231,7 +235,7 @@ class QuantWeight(nn.Module):
         return [getattr(self, plane.name) for plane in self.quant_format.planes]
 
     def _dequantize(self, planes: Sequence[te.Tensor]) -> te.Tensor:
-        access, value = _Planes(self.quant_format, planes), _VALUE[self.quant_format.name]
+        access, value = _Planes(self.quant_format, planes), _VALUE[self.quant_format.kernel]
         return te.compute(
             self.logical_shape, lambda row, col: value(access, row, col), name=DEQUANTIZE_BLOCK
         )
@@ -240,13 +244,13 @@ class QuantWeight(nn.Module):
         """x @ W.T (fp32 accumulation), W dequantized block by block inside the kernel."""
         return op.tensor_expr_op(
             lambda a, *planes: _nt_matmul(a, self._dequantize(planes), out_dtype),
-            f"nt_matmul_{self.quant_format.name}",
+            f"nt_matmul_{self.quant_format.kernel}",
             [x, *self._planes()],
         )
 
     def take_rows(self, ids: Tensor, out_dtype: str) -> Tensor:
         """Rows `ids` (int32 [n]) of W, dequantized: [n, columns] in `out_dtype`."""
-        value = _VALUE[self.quant_format.name]
+        value = _VALUE[self.quant_format.kernel]
 
         def gather(index: te.Tensor, *planes: te.Tensor) -> te.Tensor:
             access = _Planes(self.quant_format, planes)
@@ -256,7 +260,7 @@ class QuantWeight(nn.Module):
                 name=f"{DEQUANTIZE_BLOCK}_rows",
             )
 
-        return op.tensor_expr_op(gather, f"take_{self.quant_format.name}", [ids, *self._planes()])
+        return op.tensor_expr_op(gather, f"take_{self.quant_format.kernel}", [ids, *self._planes()])
 
 
 class QuantWeightParts(nn.Module):
