@@ -1,11 +1,12 @@
-"""Speculative decoding on a tiny random Qwen3_5ForConditionalGeneration with an `mtp.*`
-layer (the released checkpoints' layout): n-gram and MTP drafts, one and two a step, with
-an image request and a text-only one in one batch. Greedy tokens and every step's
-log-probability equal transformers' greedy generate (its own image processor); the
-log-probabilities move with the positions where the tiny model's tokens hardly do, so they
-check that an image request's verify forward, like its decode, runs at index + rope delta
-on the M-RoPE layers, and that its rejected drafts leave no trace in the recurrent state.
-One plain build (n-grams), one target with hidden states and one MTP layer build."""
+"""Speculative decoding on a tiny random Qwen3_5ForConditionalGeneration (and its MoE
+class) with an `mtp.*` layer (the released checkpoints' layout): n-gram and MTP drafts, one
+and two a step, with an image request and a text-only one in one batch. Greedy tokens and
+every step's log-probability equal transformers' greedy generate (its own image processor);
+the log-probabilities move with the positions where the tiny model's tokens hardly do, so
+they check that an image request's verify forward, like its decode, runs at index + rope
+delta on the M-RoPE layers, and that its rejected drafts leave no trace in the recurrent
+state. Per class one plain build (n-grams), one target with hidden states and one MTP
+layer build."""
 
 from __future__ import annotations
 
@@ -36,9 +37,11 @@ METHODS = {
 }
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory):
-    return qwen3_5_vlm_checkpoint(tmp_path_factory.mktemp("qwen3_5_vlm_mtp"))
+@pytest.fixture(scope="module", params=["dense", "moe"])
+def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    return qwen3_5_vlm_checkpoint(
+        tmp_path_factory.mktemp(f"qwen3_5_vlm_{request.param}_mtp"), moe=request.param == "moe"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,9 @@ def oracle(checkpoint):
     """transformers' model, loaded before the MTP layer is written (it reads no `mtp.*`)."""
     import transformers
 
-    model = greedy_oracle(transformers.Qwen3_5ForConditionalGeneration, checkpoint.path)
+    config = transformers.AutoConfig.from_pretrained(checkpoint.path)
+    model_class = getattr(transformers, config.architectures[0])
+    model = greedy_oracle(model_class, checkpoint.path)
     add_mtp_layer(checkpoint.path, model)
     return model
 
