@@ -15,7 +15,8 @@ partial rotary's first channels only. The Gated DeltaNet layers take no position
 recurrent state and the pools are the hybrid's, unchanged.
 
 Checkpoint names: the decoder under `model.language_model.` (and `lm_head.`, or tied), the
-vision tower under `model.visual.`; `mtp.*` is not read.
+vision tower under `model.visual.`; `mtp.*` is the MTP layer's own build (qwen3_next_mtp.py),
+which drafts from `prefill_hidden` / `prefill_images_hidden` of a target built with them.
 """
 
 from __future__ import annotations
