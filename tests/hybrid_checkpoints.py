@@ -81,10 +81,15 @@ def add_mtp_layer(directory: Path, hf: torch.nn.Module) -> None:
     checkpoints store it (vLLM's qwen3_next_mtp.py): `mtp.fc` [hidden, 2 * hidden], the
     zero-centred norms `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`, `mtp.norm`,
     and `mtp.layers.0.*`, a full-attention layer whose feed-forward is of layer 0's kind
-    (tensors of the target's first full layer and of layer 0's mlp, rescaled at random)."""
+    (tensors of the target's first full layer and of layer 0's mlp, rescaled at random).
+    A multimodal checkpoint's decoder (`text_config`, under `model.language_model.`) is
+    read the same way; its MTP layer is `mtp.` too."""
     path = directory / "model.safetensors"
     tensors = load_file(path)
-    config = hf.config
+    config = getattr(hf.config, "text_config", hf.config)
+    layers = (
+        "model.language_model.layers." if hasattr(hf.config, "text_config") else "model.layers."
+    )
     full = list(config.layer_types).index("full_attention")
     rng = np.random.default_rng(7)
     size = config.hidden_size
@@ -96,9 +101,9 @@ def add_mtp_layer(directory: Path, hf: torch.nn.Module) -> None:
         },
     }
     for name, value in tensors.items():
-        for prefix in (f"model.layers.{full}.", "model.layers.0."):
+        for prefix in (f"{layers}{full}.", f"{layers}0."):
             rest = name.removeprefix(prefix)
-            wanted = rest.startswith("mlp.") == (prefix == "model.layers.0.")
+            wanted = rest.startswith("mlp.") == (prefix == f"{layers}0.")
             if name.startswith(prefix) and wanted:
                 mtp[f"mtp.layers.0.{rest}"] = value * rng.uniform(0.5, 1.5)
     tensors.update({name: np.asarray(value, np.float32) for name, value in mtp.items()})

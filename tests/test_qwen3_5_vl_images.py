@@ -102,13 +102,3 @@ def test_video_parts_stay_refused_by_name(llm: LLM) -> None:
     messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]
     with pytest.raises(ValueError, match="unsupported content part 'video_url'"):
         llm.chat(messages, SamplingParams(max_tokens=1))
-
-
-def test_speculative_decoding_with_the_vision_tower_is_refused_by_name(checkpoint) -> None:
-    with pytest.raises(ValueError, match="speculative decoding is not supported for a model "):
-        LLM(
-            checkpoint.path,
-            device="cpu",
-            show_progress=False,
-            speculative_config={"method": "ngram", "num_speculative_tokens": 2},
-        )

@@ -161,7 +161,11 @@ def test_layer_logits_equal_transformers(make_mtp_llm, checkpoints, monkeypatch)
 @pytest.mark.parametrize(
     ("name", "role", "message"),
     [
-        ("llama", MTP_HEAD, "cannot be built as mtp_head: supported for deepseek, hybrid models"),
+        (
+            "llama",
+            MTP_HEAD,
+            "cannot be built as mtp_head: supported for deepseek, hybrid, hybrid-vl models",
+        ),
         (TARGET, EAGLE_HEAD, "cannot be built as eagle_head: supported for llama models"),
     ],
 )

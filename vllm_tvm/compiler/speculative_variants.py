@@ -27,7 +27,7 @@ from vllm_tvm.artifacts.speculative_roles import (
 )
 from vllm_tvm.checkpoints.eagle3_config import EAGLE3_CHECKPOINT_ARCHITECTURES
 from vllm_tvm.checkpoints.families.qwen3_next import decoder_config
-from vllm_tvm.model_defs.architectures import ModelFamily, family_for
+from vllm_tvm.model_defs.architectures import DEFINITIONS, ModelFamily, family_for
 from vllm_tvm.model_defs.causal_lm import PagedCausalLM
 from vllm_tvm.model_defs.deepseek_mtp import DeepseekMTP, mtp_weight_sources
 from vllm_tvm.model_defs.eagle import EagleHead, eagle_weight_sources
@@ -39,11 +39,15 @@ from vllm_tvm.model_defs.qwen3_next_mtp import (
     hybrid_mtp_weight_sources,
 )
 
+HYBRID_FAMILIES = ("hybrid", "hybrid-vl")
+"""The Qwen3-Next / Qwen3.5 hybrids: text checkpoints and the multimodal ones (whose image
+forward has a hidden-states twin too: model_defs/qwen3_5_vl.py)."""
+
 ROLE_FAMILIES = {
-    HIDDEN_STATES_TARGET: ("llama", "deepseek", "hybrid"),
+    HIDDEN_STATES_TARGET: ("llama", "deepseek", *HYBRID_FAMILIES),
     AUX_HIDDEN_STATES_TARGET: ("llama",),
     EAGLE_HEAD: ("llama",),
-    MTP_HEAD: ("deepseek", "hybrid"),
+    MTP_HEAD: ("deepseek", *HYBRID_FAMILIES),
 }
 """The families each role may be built from: EAGLE heads are Llama layers and draft for
 Llama-family targets, MTP layers are DeepSeek-V3's and the Qwen3-Next / Qwen3.5 hybrids';
@@ -102,9 +106,10 @@ def family_for_role(config: dict[str, Any], role: str | None) -> ModelFamily:
         return replace(
             family, name="eagle", build_model=EagleHead, weight_sources=eagle_weight_sources
         )
-    if role == MTP_HEAD and family.name == "hybrid":  # full attention only: no state
+    if role == MTP_HEAD and family.name in HYBRID_FAMILIES:  # full attention only: no state
         check_one_mtp_layer(decoder_config(config))
-        mtp = replace(family, name="hybrid-mtp", build_model=HybridMTP, recurrent=False)
+        text = DEFINITIONS["hybrid"]  # the layer reads the decoder's config, never the tower's
+        mtp = replace(text, name="hybrid-mtp", build_model=HybridMTP, recurrent=False)
         return replace(mtp, config_weight_sources=hybrid_mtp_weight_sources)
     if role == MTP_HEAD:
         mtp = replace(family, name="mtp", build_model=DeepseekMTP)

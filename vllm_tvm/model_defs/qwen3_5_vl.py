@@ -15,7 +15,8 @@ partial rotary's first channels only. The Gated DeltaNet layers take no position
 recurrent state and the pools are the hybrid's, unchanged.
 
 Checkpoint names: the decoder under `model.language_model.` (and `lm_head.`, or tied), the
-vision tower under `model.visual.`; `mtp.*` is not read.
+vision tower under `model.visual.`; `mtp.*` is the MTP layer's own build (qwen3_next_mtp.py),
+which drafts from `prefill_hidden` / `prefill_images_hidden` of a target built with them.
 """
 
 from __future__ import annotations
@@ -141,6 +142,31 @@ class Qwen3_5VLForConditionalGeneration(HybridForCausalLM):
                 recurrent_states,
             )
 
+    def prefill_images_hidden(
+        self,
+        input_embed: Tensor,
+        logit_positions: Tensor,
+        rope_positions: Tensor,
+        kv_cache: PagedKVCache,
+        seq_starts: Tensor,
+        slots: Tensor,
+        conv_states: States,
+        recurrent_states: States,
+    ) -> tuple[Tensor, Tensor, PagedKVCache, States, States]:
+        """`prefill_hidden` at `rope_positions`: the image prefill, and the verify forward
+        of a request after its images, of a target whose MTP layer drafts from its hidden
+        states (qwen3_next_mtp.py)."""
+        with self.sectioned_positions.given(rope_positions):
+            return self.prefill_hidden(
+                input_embed,
+                logit_positions,
+                kv_cache,
+                seq_starts,
+                slots,
+                conv_states,
+                recurrent_states,
+            )
+
     def export_spec(self) -> dict[str, Any]:
         vision = self.config.vision
         spec = super().export_spec()
@@ -154,8 +180,11 @@ class Qwen3_5VLForConditionalGeneration(HybridForCausalLM):
             "frame_segments": nn.spec.Tensor(["num_units", unit], "int32"),
             "$": spec["prefill"]["$"],
         }
-        image_prefill = with_rope_positions(spec["prefill"])
-        return {**spec, PREFILL_IMAGES: image_prefill, ENCODE_IMAGES: encoder}
+        image_prefills = {PREFILL_IMAGES: with_rope_positions(spec["prefill"])}
+        if self.exports_hidden_states:
+            hidden = with_rope_positions(spec["prefill_hidden"])
+            image_prefills[f"{PREFILL_IMAGES}_hidden"] = hidden
+        return {**spec, **image_prefills, ENCODE_IMAGES: encoder}
 
 
 def qwen3_5_vl_weight_sources(config: HybridConfig, param_name: str) -> tuple[list[str], int]:

@@ -111,10 +111,6 @@ class LLMEngine:
         slots = recurrent_slots_for(runner, cache_config, scheduler_config, speculative_config)
         self.block_manager = BlockManager(runner.kv_cache, cache_config, slots)
         self.scheduler = Scheduler(scheduler_config, self.block_manager, self.metrics)
-        if image_intake is not None and speculative_config is not None:
-            raise ValueError(
-                "speculative decoding is not supported for a model with a vision tower"
-            )
         self.intake = RequestIntake(
             tokenizer, eos_token_ids, max_model_len, runner.vocab_size, image_intake
         )

@@ -73,6 +73,14 @@ class ForwardRunner(Protocol):
         ...
 
 
+class Chunk(NamedTuple):
+    """Tokens [start, start + count) of `seq` in one forward."""
+
+    seq: EngineSequence
+    start: int
+    count: int
+
+
 class PromptLogprobRows(NamedTuple):
     """The logits rows `[first_row, end_row)` of `seq`'s chunk, which starts at prompt
     position `start`: each row scores the prompt token after its position."""
@@ -135,13 +143,7 @@ def is_decode_row(item: ScheduledSequence) -> bool:
 def prepare_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
     """The forward that computes `scheduled` (the sequences' tokens are not yet marked
     computed: the caller does that once the forward has run)."""
-    decodes: list[EngineSequence] = []
-    prefills: list[ScheduledSequence] = []
-    for item in scheduled:
-        if is_decode_row(item):
-            decodes.append(item.seq)
-        else:
-            prefills.append(item)
+    prefills, decodes = _split_decode_rows(scheduled)
     if not prefills and not any(has_rope_positions(seq) for seq in decodes):
         return ForwardBatch(
             kv_ids=[seq.kv_id for seq in decodes],  # type: ignore[misc]  # scheduled sequences hold KV
@@ -169,9 +171,26 @@ def recurrent_slots(seqs: Sequence[EngineSequence]) -> list[int] | None:
 def ragged_batch(scheduled: Sequence[ScheduledSequence]) -> ForwardBatch:
     """`prepare_batch`'s ragged forward of `scheduled` even when it holds decode rows only
     (for a caller that appends chunks of its own: runtime/speculative/)."""
+    return _ragged_batch(*_split_decode_rows(scheduled))
+
+
+def ragged_chunks(scheduled: Sequence[ScheduledSequence]) -> list[Chunk]:
+    """The chunks of `ragged_batch(scheduled)`, in its order."""
+    return _chunks(*_split_decode_rows(scheduled))
+
+
+def _split_decode_rows(
+    scheduled: Sequence[ScheduledSequence],
+) -> tuple[list[ScheduledSequence], list[EngineSequence]]:
+    """(the items that are not decode rows, the sequences of those that are)."""
     prefills = [item for item in scheduled if not is_decode_row(item)]
-    decodes = [item.seq for item in scheduled if is_decode_row(item)]
-    return _ragged_batch(prefills, decodes)
+    return prefills, [item.seq for item in scheduled if is_decode_row(item)]
+
+
+def _chunks(prefills: list[ScheduledSequence], decodes: list[EngineSequence]) -> list[Chunk]:
+    """The prefill chunks, then the decode rows as 1-token chunks (`_ragged_batch`'s order)."""
+    chunks = [Chunk(item.seq, item.seq.num_computed_tokens, item.num_tokens) for item in prefills]
+    return chunks + [Chunk(seq, len(seq.token_ids) - 1, 1) for seq in decodes]
 
 
 def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequence]) -> ForwardBatch:
@@ -217,8 +236,6 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
     if not positions:  # no chunk finishes its tokens: no logits are needed, one is made
         positions.append(offset - 1)
     slots = recurrent_slots([*(item.seq for item in prefills), *decodes])
-    chunks = [(item.seq, item.seq.num_computed_tokens, item.num_tokens) for item in prefills]
-    chunks += [(seq, len(seq.token_ids) - 1, 1) for seq in decodes]
     return ForwardBatch(
         kv_ids,
         token_ids,
@@ -229,13 +246,14 @@ def _ragged_batch(prefills: list[ScheduledSequence], decodes: list[EngineSequenc
         logprob_rows,
         slots,
         images,
-        _rope_positions(chunks),
+        chunk_rope_positions(_chunks(prefills, decodes)),
     )
 
 
-def _rope_positions(chunks: list[tuple[EngineSequence, int, int]]) -> np.ndarray | None:
-    """[3, tokens] M-RoPE positions of the (sequence, start, count) chunks when one of
-    them has positions of its own; a sequence without any at its indices in all three."""
+def chunk_rope_positions(chunks: Sequence[Chunk]) -> np.ndarray | None:
+    """[3, tokens] M-RoPE positions of `chunks` when one of them has positions of its own
+    (later tokens at index + rope delta); a sequence without any at its indices in all
+    three."""
     if not any(has_rope_positions(seq) for seq, _, _ in chunks):
         return None
     parts = [

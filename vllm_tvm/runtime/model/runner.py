@@ -246,7 +246,7 @@ class ModelRunner(Runner):
             inputs.append(self.forward_input(positions))
         name = mode + suffix
         if rope_positions is not None:
-            name = IMAGE_PREFILL
+            name = IMAGE_PREFILL + suffix
             inputs.append(self.forward_input(np.ascontiguousarray(rope_positions, np.int32)))
         elif images is not None:
             name = IMAGE_PREFILL
@@ -357,18 +357,19 @@ class ModelRunner(Runner):
         seq_ids: Sequence[int],
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
-        recurrent_slots: Sequence[int] | None = None,
+        **forward_inputs: Any,
     ) -> tuple[DeviceLogits, np.ndarray]:
         """`prefill_logits` through the artifact's hidden-states functions, and the hidden
         states of every token of the chunks on the host: the final-norm ones [total, hidden]
-        or, for a target built for an EAGLE-3 head, its aux layers' inputs [total, 3 * hidden]."""
+        or, for a target built for an EAGLE-3 head, its aux layers' inputs [total, 3 * hidden].
+        `forward_inputs`: `run_ragged`'s recurrent_slots, images and rope_positions."""
         if self.spec.hidden_states is None:
             raise ArtifactError(
                 f"the artifact has no {HIDDEN_STATES_FUNCTION!r}: build it for drafting from "
                 "hidden states (EAGLE, MTP)"
             )
         logits, hidden, _ = self.run_ragged(
-            seq_ids, chunks, logit_positions, HIDDEN_SUFFIX, recurrent_slots=recurrent_slots
+            seq_ids, chunks, logit_positions, HIDDEN_SUFFIX, **forward_inputs
         )
         assert hidden is not None  # every `*_hidden` function returns hidden states
         return logits, hidden

@@ -48,9 +48,12 @@ import numpy as np
 from vllm_tvm.runtime.kv.block_manager import BlockManager
 from vllm_tvm.runtime.kv.recurrent_pool import RecurrentStatePool
 from vllm_tvm.runtime.model.batch import (
+    Chunk,
     ForwardBatch,
+    chunk_rope_positions,
     is_decode_row,
     ragged_batch,
+    ragged_chunks,
     recurrent_slots,
 )
 from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
@@ -320,7 +323,8 @@ def _verify_batch(
     plain: list[ScheduledSequence], drafts: list[tuple[EngineSequence, DraftProposal]]
 ) -> tuple[ForwardBatch, list[DraftedRow]]:
     """The ragged forward of `plain` followed by one chunk per drafted sequence (its last
-    token and drafts, a logits row at each)."""
+    token and drafts, a logits row at each). Images `plain` prefills stay in it; a
+    sequence after its images verifies at index + rope delta (M-RoPE), as it decodes."""
     base = ragged_batch(plain) if plain else ForwardBatch([], [], [], [], [], [], [])
     kv_ids, token_ids = list(base.kv_ids), list(base.token_ids)
     lengths, positions = list(base.chunk_lengths), list(base.logit_positions or [])
@@ -333,6 +337,7 @@ def _verify_batch(
         kv_ids.append(seq.kv_id)
         token_ids.extend(chunk)
         lengths.append(len(chunk))
+    chunks = [Chunk(seq, seq.num_tokens - 1, 1 + len(draft_ids)) for seq, (draft_ids, _) in drafts]
     drafted_slots = recurrent_slots([seq for seq, _ in drafts])
     slots = None if drafted_slots is None else [*(base.recurrent_slots or []), *drafted_slots]
     batch = ForwardBatch(
@@ -344,5 +349,7 @@ def _verify_batch(
         base.sampling_rows,
         base.prompt_logprob_rows,
         slots,
+        base.images,
+        chunk_rope_positions([*ragged_chunks(plain), *chunks]),
     )
     return batch, drafted

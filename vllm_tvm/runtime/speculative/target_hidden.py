@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vllm_tvm.runtime.model.runner import ModelRunner
+from vllm_tvm.runtime.requests.prompt_images import ForwardImages
 from vllm_tvm.runtime.sampling.device_logits import DeviceLogits
 
 
@@ -90,16 +91,29 @@ class HiddenCapturingRunner:
         chunks: Sequence[Sequence[int]],
         logit_positions: Sequence[int] | None = None,
         recurrent_slots: Sequence[int] | None = None,
+        images: ForwardImages | None = None,
+        rope_positions: np.ndarray | None = None,
     ) -> DeviceLogits:
         starts = [self.runner.kv_cache.sequence_length(kv_id) for kv_id in seq_ids]
         logits, hidden = self.runner.prefill_with_hidden(
-            seq_ids, chunks, logit_positions, recurrent_slots
+            seq_ids,
+            chunks,
+            logit_positions,
+            recurrent_slots=recurrent_slots,
+            images=images,
+            rope_positions=rope_positions,
         )
         offset = 0
         for kv_id, start, chunk in zip(seq_ids, starts, chunks, strict=True):
             self.store.record(kv_id, start, hidden[offset : offset + len(chunk)])
             offset += len(chunk)
         return logits
+
+    def encode_images(
+        self, pixel_values: np.ndarray, layout: Sequence[np.ndarray] = ()
+    ) -> np.ndarray:
+        """The target's encoder (a vision model's images feed its forwards as ever)."""
+        return self.runner.encode_images(pixel_values, layout)
 
     def decode_logits(
         self,
