@@ -191,6 +191,7 @@ def check_vision(root: Path, family: QwenFamily, dtype: str) -> dict[str, Any]:
             {
                 "images": len(images),
                 "tokens": int(expected.shape[0]),
+                "transformers_max_abs": float(np.abs(expected).max()),
                 "patch_max_abs_diff": float(
                     np.abs(ours_patches - processed["pixel_values"].numpy()).max()
                 ),
