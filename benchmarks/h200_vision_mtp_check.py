@@ -194,10 +194,20 @@ def check_mtp(root: Path) -> dict[str, Any]:
     return report
 
 
+def fp32_oracle() -> None:
+    """transformers in true fp32 on the GPU: cuDNN's convolutions (the patch embeddings)
+    default to TF32 on Hopper, and would put the oracle itself ~1e-4 off."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def run(root: Path, out: Path) -> None:
     import torch
     import transformers
 
+    fp32_oracle()
     report: dict[str, Any] = {
         "conditions": {
             "gpu": torch.cuda.get_device_name(),
@@ -206,7 +216,7 @@ def run(root: Path, out: Path) -> None:
             "target": TARGET,
             "weights": "tiny random checkpoints of the CPU tests (tests/tiny_vlm.py, "
             "tests/hybrid_checkpoints.py), artifacts compiled off the device",
-            "oracle": "transformers fp32 on the same GPU",
+            "oracle": "transformers fp32 on the same GPU (TF32 off in cuDNN and matmul)",
             "new_tokens": NEW_TOKENS,
         }
     }

@@ -1,21 +1,23 @@
-"""On a CUDA machine: Qwen2.5-VL images on prebuilt sm_90a artifacts (no compile there),
-against transformers fp32 on the same GPU and the same weights.
+"""On a CUDA machine: Qwen2.5-VL and Qwen3.5 / 3.6 images on prebuilt sm_90a artifacts (no
+compile there), against transformers fp32 on the same GPU and the same weights.
 
-Why this exists: tests/test_qwen2_5_vl_images.py proves the windowed vision tower, M-RoPE
-prefill and decode token-exact on CPU, and tests/test_qwen2_5_vl_cuda_build.py proves they
-build for sm_90a; only a GPU run checks the cubins they run as. On the tiny random
-`Qwen2_5_VLForConditionalGeneration` of tests/tiny_qwen_vlm.py, three prompts with one to
-three images of different sizes (one larger than a window, one not a whole number of
-windows):
+Why this exists: tests/test_qwen2_5_vl_images.py and tests/test_qwen3_5_vl_images.py prove the
+vision towers (Qwen2.5-VL's windows, Qwen3.5's learned position table), M-RoPE prefill and
+decode (Qwen3.5's over the hybrid Gated DeltaNet decoder) token-exact on CPU, and
+tests/test_qwen2_5_vl_cuda_build.py proves they build for sm_90a; only a GPU run checks the
+cubins they run as. On each family's tiny random checkpoint of tests/tiny_qwen_vlm.py
+(`Qwen2_5_VLForConditionalGeneration`, `Qwen3_5ForConditionalGeneration`), three prompts with
+one to three images of different sizes (as each family's CPU test):
 - the compiled encoder's merged tokens against transformers' `model.visual` on its own
   processor's patches (max abs difference; fp32 within ENCODER_TOLERANCE), on the GPU with
   TF32 off and on the CPU;
 - greedy 24 tokens per prompt against transformers' generate (its processor's
   `pixel_values` and `image_grid_thw`); fp32 must be equal, bf16 reports the rows that agree.
+`run` checks every family whose artifacts are under the root.
 
 usage:
-  here:     PYTHONPATH=.:tests python3 benchmarks/h200_qwen2_5_vl_check.py build --root DIR
-  GPU box:  PYTHONPATH=<tvm bundle>:.:tests python3 benchmarks/h200_qwen2_5_vl_check.py run \
+  here:     PYTHONPATH=.:tests python3 benchmarks/h200_qwen_vl_check.py build --root DIR
+  GPU box:  PYTHONPATH=<tvm bundle>:.:tests python3 benchmarks/h200_qwen_vl_check.py run \
                 --root DIR --out FILE.json
 """
 
@@ -25,6 +27,7 @@ import inspect
 import json
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,31 +43,62 @@ from h200_vision_mtp_check import (
     _compile,
     _fresh,
     build_or_run,
+    fp32_oracle,
 )
 
-QWEN2_5_VL = "qwen2_5_vl"
 ENCODER_TOLERANCE = 1e-4
-"""fp32 bound on the merged tokens' max abs difference, the CPU test's."""
-IMAGE_SIZES = (((60, 45),), ((70, 120), (56, 56)), ((20, 100), (90, 60), (30, 30)))
-"""(height, width) of each prompt's images, as the CPU test."""
+"""fp32 bound on the merged tokens' max abs difference, the CPU tests'."""
+
+
+@dataclass(frozen=True)
+class QwenFamily:
+    """One Qwen vision family's tiny checkpoint and oracle."""
+
+    name: str
+    """The checkpoint's folder under the root; its artifacts are art_<name>_<dtype>."""
+    checkpoint_maker: str
+    """The function of tests/tiny_qwen_vlm.py that saves the tiny checkpoint."""
+    hf_class: str
+    """transformers' class of the checkpoint (the oracle)."""
+    image_sizes: tuple[tuple[tuple[int, int], ...], ...]
+    """(height, width) of each prompt's images, as the family's CPU test."""
+
+
+FAMILIES = (
+    QwenFamily(
+        "qwen2_5_vl",
+        "qwen2_5_vlm_checkpoint",
+        "Qwen2_5_VLForConditionalGeneration",
+        (((60, 45),), ((70, 120), (56, 56)), ((20, 100), (90, 60), (30, 30))),
+    ),
+    QwenFamily(
+        "qwen3_5_vl",
+        "qwen3_5_vlm_checkpoint",
+        "Qwen3_5ForConditionalGeneration",
+        (((64, 100),), ((70, 140), (64, 64)), ((30, 130), (100, 60), (32, 32))),
+    ),
+)
 
 
 def build(root: Path) -> None:
-    """The tiny checkpoint and its sm_90a artifacts under `root`."""
-    from tiny_qwen_vlm import qwen2_5_vlm_checkpoint
+    """Each family's tiny checkpoint and its sm_90a artifacts under `root`."""
+    import tiny_qwen_vlm
 
-    vlm = qwen2_5_vlm_checkpoint(_fresh(root / QWEN2_5_VL))
-    tokens = {
-        "start": vlm.vision_start_token_id,
-        "end": vlm.vision_end_token_id,
-        "image": vlm.image_token_id,
-    }
-    (root / QWEN2_5_VL / "tiny_vlm.json").write_text(json.dumps(tokens))
-    for dtype in VISION_DTYPES:
-        _compile(vlm.path, root / f"art_{QWEN2_5_VL}_{dtype}", dtype)
+    for family in FAMILIES:
+        vlm = getattr(tiny_qwen_vlm, family.checkpoint_maker)(_fresh(root / family.name))
+        tokens = {
+            "start": vlm.vision_start_token_id,
+            "end": vlm.vision_end_token_id,
+            "image": vlm.image_token_id,
+        }
+        (root / family.name / "tiny_vlm.json").write_text(json.dumps(tokens))
+        for dtype in VISION_DTYPES:
+            _compile(vlm.path, root / f"art_{family.name}_{dtype}", dtype)
 
 
-def _prompts(llm: Any, tokens_of: dict[str, int]) -> list[tuple[list[int], list[Any]]]:
+def _prompts(
+    llm: Any, tokens_of: dict[str, int], family: QwenFamily
+) -> list[tuple[list[int], list[Any]]]:
     """Token ids with <|vision_start|><|image_pad|><|vision_end|> per image, and the images
     (random RGB pixels, seeded)."""
     from engine_helpers import random_image
@@ -77,7 +111,7 @@ def _prompts(llm: Any, tokens_of: dict[str, int]) -> list[tuple[list[int], list[
         [*image, *encode("Once"), *image, *image, *encode(" upon a time there was")],
     ]
     seeds = iter(range(1, 7))
-    images = [[random_image(h, w, next(seeds)) for h, w in sizes] for sizes in IMAGE_SIZES]
+    images = [[random_image(h, w, next(seeds)) for h, w in sizes] for sizes in family.image_sizes]
     return list(zip(ids, images, strict=True))
 
 
@@ -122,7 +156,7 @@ def _hf_greedy(hf: Any, expanded: list[int], processed: Any, image_token_id: int
     return out[0, len(expanded) :].tolist()
 
 
-def check_vision(root: Path, dtype: str) -> dict[str, Any]:
+def check_vision(root: Path, family: QwenFamily, dtype: str) -> dict[str, Any]:
     import torch
     import transformers
     from engine_helpers import run_to_completion
@@ -130,17 +164,17 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
     from vllm_tvm.entrypoints.llm import LLM
     from vllm_tvm.runtime.sampling.params import SamplingParams
 
-    model = root / QWEN2_5_VL
+    model = root / family.name
     tokens_of = json.loads((model / "tiny_vlm.json").read_text())
-    artifact = str(root / f"art_{QWEN2_5_VL}_{dtype}")
+    artifact = str(root / f"art_{family.name}_{dtype}")
     llm = LLM(model, artifact=artifact, device="cuda", show_progress=False)
-    hf_class = transformers.Qwen2_5_VLForConditionalGeneration
+    hf_class = getattr(transformers, family.hf_class)
     hf_cpu = hf_class.from_pretrained(model, dtype=torch.float32).eval()
     hf = hf_class.from_pretrained(model, dtype=torch.float32).cuda().eval()
     processor = _hf_processor(model)
     greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     report: dict[str, Any] = {"dtype": dtype, "encoder": [], "rows": []}
-    for ids, images in _prompts(llm, tokens_of):
+    for ids, images in _prompts(llm, tokens_of, family):
         prompt_images = llm.engine.make_request(ids, greedy, images=images).seqs[0].images
         processed = processor([image.pixels for image in images], return_tensors="pt")
         ours_patches = prompt_images.pixel_values.reshape(-1, prompt_images.pixel_values.shape[-1])
@@ -157,6 +191,7 @@ def check_vision(root: Path, dtype: str) -> dict[str, Any]:
             {
                 "images": len(images),
                 "tokens": int(expected.shape[0]),
+                "transformers_max_abs": float(np.abs(expected).max()),
                 "patch_max_abs_diff": float(
                     np.abs(ours_patches - processed["pixel_values"].numpy()).max()
                 ),
@@ -185,34 +220,33 @@ def run(root: Path, out: Path) -> None:
     import torch
     import transformers
 
-    # An fp32 oracle: cuDNN's convolutions (the patch embedding) default to TF32 on Hopper.
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    fp32_oracle()
     report: dict[str, Any] = {
         "conditions": {
             "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "target": TARGET,
-            "weights": "tiny random Qwen2_5_VLForConditionalGeneration of the CPU tests "
-            "(tests/tiny_qwen_vlm.py), artifacts compiled off the device",
+            "weights": "tiny random checkpoints of the CPU tests (tests/tiny_qwen_vlm.py), "
+            "artifacts compiled off the device",
             "oracle": "transformers fp32 on the same GPU (TF32 off in cuDNN and matmul), "
             "its own Qwen2-VL image processor; the encoder also against transformers on CPU",
             "new_tokens": NEW_TOKENS,
-            "image_sizes": IMAGE_SIZES,
+            "image_sizes": {family.name: family.image_sizes for family in FAMILIES},
             "encoder_tolerance_fp32": ENCODER_TOLERANCE,
         }
     }
-    for dtype in VISION_DTYPES:
-        name = f"vision_{dtype}"
-        if not (root / f"art_{QWEN2_5_VL}_{dtype}").is_dir():
-            continue
-        try:
-            report[name] = check_vision(root, dtype)
-        except Exception:  # one failing check must not hide the other's results
-            report[name] = {"error": traceback.format_exc()}
-        out.write_text(json.dumps(report, indent=1))
-        print(name, json.dumps(report[name])[:600], flush=True)
+    for family in FAMILIES:
+        for dtype in VISION_DTYPES:
+            name = f"{family.name}_{dtype}"
+            if not (root / f"art_{family.name}_{dtype}").is_dir():
+                continue
+            try:
+                report[name] = check_vision(root, family, dtype)
+            except Exception:  # one failing check must not hide the others' results
+                report[name] = {"error": traceback.format_exc()}
+            out.write_text(json.dumps(report, indent=1))
+            print(name, json.dumps(report[name])[:600], flush=True)
 
 
 def main() -> None:
