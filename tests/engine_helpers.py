@@ -28,10 +28,13 @@ def run_to_completion(llm: LLM) -> dict[str, Any]:
     """Step `llm`'s engine until nothing is left; each finished request's final output."""
     finished = {}
     while llm.engine.has_unfinished:
-        for output in llm.engine.step():
-            if output.finished:
-                finished[output.request_id] = output
+        finished.update(step_finished(llm))
     return finished
+
+
+def step_finished(llm: LLM) -> dict[str, Any]:
+    """One engine step of `llm`; the final output of each request it finished."""
+    return {output.request_id: output for output in llm.engine.step() if output.finished}
 
 
 def corpus_ids(llm: LLM) -> list[int]:

@@ -13,24 +13,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
-from engine_helpers import assert_all_blocks_free, run_to_completion
+from engine_helpers import assert_all_blocks_free
 from hybrid_checkpoints import add_mtp_layer
 from qwen2_5_vl_helpers import NEW_TOKENS, TEXT_PROMPT, hf_inputs, image_prompts, oracle_greedy
 from speculative_scenarios import assert_head_cache_empty
 from tiny_qwen_vlm import qwen3_5_vlm_checkpoint
 from tiny_vlm import greedy_oracle
+from vlm_speculative_helpers import assert_batch_equals_oracle, greedy_with_logprobs
 
 from vllm_tvm.artifacts.speculative_roles import HYBRID_MTP_ARCHITECTURE
 from vllm_tvm.entrypoints.llm import LLM
-from vllm_tvm.runtime.sampling.params import SamplingParams
 
 pytestmark = pytest.mark.slow
 
-GREEDY_WITH_LOGPROBS = SamplingParams(
-    temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=0
-)
+GREEDY_WITH_LOGPROBS = greedy_with_logprobs(NEW_TOKENS)
 METHODS = {
     "ngram": {"method": "ngram", "prompt_lookup_min": 1},
     "mtp": {"method": "mtp"},
@@ -113,18 +110,4 @@ def test_drafts_change_no_greedy_token_of_image_and_text_requests(
     llm = make_speculative_llm(method, k)
     if method == "mtp":
         assert llm.engine.speculator.draft.runner.manifest.architecture == HYBRID_MTP_ARCHITECTURE
-    request_ids = [
-        llm.engine.add_request(None, ids, GREEDY_WITH_LOGPROBS, images=images)
-        for ids, images, _ in requests_and_expected
-    ]
-    finished = run_to_completion(llm)
-    for request_id, (_, _, (tokens, logprobs)) in zip(
-        request_ids, requests_and_expected, strict=True
-    ):
-        ours = finished[request_id].outputs[0]
-        assert ours.token_ids == tokens
-        ours_logprobs = [entry.logprob for entry in ours.logprobs]
-        np.testing.assert_allclose(ours_logprobs, logprobs, atol=1e-4, rtol=0)
-    stats = llm.engine.metrics.snapshot()
-    assert stats.spec_decode_num_drafts > 0
-    assert len(stats.spec_decode_num_accepted_tokens_per_pos) == k
+    assert_batch_equals_oracle(llm, requests_and_expected, NEW_TOKENS, k)
