@@ -12,8 +12,11 @@ one to three images of different sizes (as each family's CPU test):
   processor's patches (max abs difference; fp32 within ENCODER_TOLERANCE), on the GPU with
   TF32 off and on the CPU;
 - greedy 24 tokens per prompt against transformers' generate (its processor's
-  `pixel_values` and `image_grid_thw`); fp32 must be equal, bf16 reports the rows that agree.
-`run` checks every family whose artifacts are under the root.
+  `pixel_values` and `image_grid_thw`); fp32 must be equal, bf16 reports the rows that agree
+  and, per row, where ours and transformers' own bf16 (the same weights cast) first leave
+  fp32, with the top-2 logit gaps there (ours, and fp32's teacher-forced on the common
+  prefix): a departure at a near-tie is bf16 rounding, one at a wide fp32 gap is a bug.
+`run` checks every family and dtype whose artifacts (art_<family>_<dtype>) are under the root.
 
 usage:
   here:     PYTHONPATH=.:tests python3 benchmarks/h200_qwen_vl_check.py build --root DIR
@@ -135,25 +138,98 @@ def _visual(hf: Any, pixel_values: Any, grid_thw: Any) -> Any:
     return out if hasattr(out, "shape") else out.pooler_output
 
 
+def _hf_inputs(hf: Any, ids: list[int], processed: Any, image_token_id: int) -> dict[str, Any]:
+    """transformers' inputs for `ids` (the expanded prompt, maybe with a continuation) and the
+    processor's images, on the GPU; the pixels in the model's dtype."""
+    import torch
+
+    device = hf.device
+    tensor = torch.tensor([ids], device=device)
+    inputs = {
+        "input_ids": tensor,
+        "attention_mask": torch.ones_like(tensor),
+        "pixel_values": processed["pixel_values"].to(device, hf.dtype),
+        "image_grid_thw": processed["image_grid_thw"].to(device),
+    }
+    if "mm_token_type_ids" in inspect.signature(hf.model.get_rope_index).parameters:
+        inputs["mm_token_type_ids"] = (tensor == image_token_id).int()
+    hf.model.rope_deltas = None  # transformers keeps the last call's
+    return inputs
+
+
 def _hf_greedy(hf: Any, expanded: list[int], processed: Any, image_token_id: int) -> list[int]:
     """transformers' greedy tokens after the expanded prompt with the processor's images."""
     import torch
 
-    ids = torch.tensor([expanded], device="cuda")
-    inputs = {
-        "input_ids": ids,
-        "attention_mask": torch.ones_like(ids),
-        "pixel_values": processed["pixel_values"].cuda(),
-        "image_grid_thw": processed["image_grid_thw"].cuda(),
-    }
-    if "mm_token_type_ids" in inspect.signature(hf.model.get_rope_index).parameters:
-        inputs["mm_token_type_ids"] = (ids == image_token_id).int()
-    hf.model.rope_deltas = None  # transformers keeps the last call's
+    inputs = _hf_inputs(hf, expanded, processed, image_token_id)
     with torch.no_grad():
         out = hf.generate(
             **inputs, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0
         )
     return out[0, len(expanded) :].tolist()
+
+
+def _hf_step_logits(hf: Any, inputs: tuple[list[int], Any, int], continuation: list[int]) -> Any:
+    """transformers' logits ([steps, vocab], fp32 on the CPU) that choose each token of
+    `continuation` after the prompt of `inputs`, teacher-forced: one forward over both."""
+    import torch
+
+    expanded, processed, image_token_id = inputs
+    model_inputs = _hf_inputs(hf, expanded + continuation, processed, image_token_id)
+    with torch.no_grad():
+        logits = hf(**model_inputs).logits[0].float().cpu()
+    return logits[len(expanded) - 1 : len(expanded) - 1 + len(continuation)]
+
+
+def _top2_gaps(logits: Any) -> list[float]:
+    """Per row, the best logit minus the second best: how near a tie each greedy step was."""
+    import torch
+
+    top = torch.topk(logits, 2, dim=-1).values
+    return (top[:, 0] - top[:, 1]).tolist()
+
+
+def _first_difference(tokens: list[int], reference: list[int]) -> int | None:
+    """The first step where `tokens` leaves `reference` (None where they are equal)."""
+    return next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=True)) if a != b), None)
+
+
+def bf16_departures(
+    hf: Any,
+    hf_bf16: Any,
+    inputs: tuple[list[int], Any, int],
+    ours: list[int],
+    our_top2_gaps: list[float],
+    fp32_tokens: list[int],
+) -> dict[str, Any]:
+    """Near-tie evidence for a bf16 row: where ours and transformers' own bf16 (the same
+    weights cast, on the GPU) leave transformers fp32, and the top-2 gaps there. At a step
+    both runs share the fp32 prefix, so the fp32 gap (teacher-forced on its own tokens) says
+    whether bf16 rounding could flip that choice; `inputs` is (expanded ids, processed images,
+    image token id)."""
+    fp32_logits = _hf_step_logits(hf, inputs, fp32_tokens)
+    fp32_gaps = _top2_gaps(fp32_logits)
+    theirs_bf16 = _hf_greedy(hf_bf16, *inputs)
+    bf16_gaps = _top2_gaps(_hf_step_logits(hf_bf16, inputs, fp32_tokens))
+    ours_at = _first_difference(ours, fp32_tokens)
+    theirs_at = _first_difference(theirs_bf16, fp32_tokens)
+    report: dict[str, Any] = {
+        "fp32_top2_gaps": fp32_gaps,
+        "fp32_teacher_forced_argmax_equal": fp32_logits.argmax(-1).tolist() == fp32_tokens,
+        "ours_first_diff": ours_at,
+        "transformers_bf16": theirs_bf16,
+        "transformers_bf16_first_diff": theirs_at,
+        "transformers_bf16_equal_ours": theirs_bf16 == ours,
+    }
+    if ours_at is not None:
+        best = float(fp32_logits[ours_at].max())
+        report["ours_top2_gap_at_diff"] = our_top2_gaps[ours_at]
+        report["fp32_top2_gap_at_ours_diff"] = fp32_gaps[ours_at]
+        report["fp32_gap_to_our_token_at_diff"] = best - float(fp32_logits[ours_at, ours[ours_at]])
+    if theirs_at is not None:
+        report["transformers_bf16_top2_gap_at_its_diff"] = bf16_gaps[theirs_at]
+        report["fp32_top2_gap_at_transformers_bf16_diff"] = fp32_gaps[theirs_at]
+    return report
 
 
 def check_vision(root: Path, family: QwenFamily, dtype: str) -> dict[str, Any]:
@@ -171,8 +247,15 @@ def check_vision(root: Path, family: QwenFamily, dtype: str) -> dict[str, Any]:
     hf_class = getattr(transformers, family.hf_class)
     hf_cpu = hf_class.from_pretrained(model, dtype=torch.float32).eval()
     hf = hf_class.from_pretrained(model, dtype=torch.float32).cuda().eval()
+    reduced = dtype != "float32"
+    hf_bf16 = (
+        hf_class.from_pretrained(model, dtype=torch.bfloat16).cuda().eval() if reduced else None
+    )
     processor = _hf_processor(model)
-    greedy = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    # Two raw logprobs per step: their difference is the logits' top-2 gap.
+    greedy = SamplingParams(
+        temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=2 if reduced else None
+    )
     report: dict[str, Any] = {"dtype": dtype, "encoder": [], "rows": []}
     for ids, images in _prompts(llm, tokens_of, family):
         prompt_images = llm.engine.make_request(ids, greedy, images=images).seqs[0].images
@@ -204,11 +287,15 @@ def check_vision(root: Path, family: QwenFamily, dtype: str) -> dict[str, Any]:
         )
         request_id = llm.engine.add_request(None, ids, greedy, images=images)
         output = run_to_completion(llm)[request_id]
-        theirs = _hf_greedy(hf, list(output.prompt_token_ids), processed, tokens_of["image"])
-        ours = list(output.outputs[0].token_ids)
-        report["rows"].append(
-            {"images": len(images), "equal": ours == theirs, "ours": ours, "transformers": theirs}
-        )
+        hf_inputs = (list(output.prompt_token_ids), processed, tokens_of["image"])
+        theirs = _hf_greedy(hf, *hf_inputs)
+        completion = output.outputs[0]
+        ours = list(completion.token_ids)
+        row = {"images": len(images), "equal": ours == theirs, "ours": ours, "transformers": theirs}
+        if hf_bf16 is not None:
+            our_gaps = [float(e.top_logprobs[0] - e.top_logprobs[1]) for e in completion.logprobs]
+            row |= bf16_departures(hf, hf_bf16, hf_inputs, ours, our_gaps, theirs)
+        report["rows"].append(row)
     report["rows_equal"] = sum(row["equal"] for row in report["rows"])
     report["encoder_within_tolerance"] = all(
         entry["max_abs_diff"] <= ENCODER_TOLERANCE for entry in report["encoder"]
