@@ -19,13 +19,24 @@ import torch
 import tvm
 from tiny_models import TINY_MODELS, load_oracle, make_tiny_model
 
+from vllm_tvm.artifacts.backends import ATTENTION_FLASHINFER
 from vllm_tvm.artifacts.compile_options import CompileOptions
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, OWNED_PREFILL_MIXED
+from vllm_tvm.artifacts.owned_kv import (
+    OWNED_DECODE,
+    OWNED_PREFILL,
+    OWNED_PREFILL_FRESH,
+    OWNED_PREFILL_MIXED,
+    OWNED_RAGGED_ATTENTION,
+    RAGGED_FLASHINFER,
+)
+from vllm_tvm.artifacts.runtime_spec import OwnedPagesSpec
 from vllm_tvm.compiler.build import make_request
 from vllm_tvm.compiler.export import export_model
+from vllm_tvm.compiler.owned_kv_kernels import RAGGED_KERNEL
 from vllm_tvm.compiler.pipeline import lowering_pipeline
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.model_defs.rope_scaling import cache_rope_frequencies
+from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig
 from vllm_tvm.runtime.kv.owned_kv_cache import (
     OwnedKVCache,
     decode_bucket,
@@ -261,5 +272,61 @@ def test_the_option_keys_its_own_artifact_and_the_flag_sets_it(tiny_model_dir) -
     add_compile_arguments(parser)
     assert parser.parse_args([]).owned_kv is False
     assert parser.parse_args(["--owned-kv"]).owned_kv is True
-    with pytest.raises(ValueError, match="attention 'flashinfer' is not served with it"):
-        CompileOptions(model=options.model, target="cuda", attention="flashinfer", owned_kv=True)
+    CompileOptions(model=options.model, target="cuda", attention="flashinfer", owned_kv=True)
+
+
+def test_with_flashinfer_the_prefills_call_the_registered_ragged_product(
+    tiny_model_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built for attention `flashinfer`, every prefill's own-chunk product is the packed
+    function the runtime registers (no TIR ragged kernel in the library), and the runtime
+    spec tells the runtime so, with the query heads its plan needs. (FlashInfer's JIT is not
+    needed: the model's own cache stays TIR here; the H200 runs the real build.)"""
+    from vllm_tvm.compiler import export
+
+    attach = export.attach_owned_kernels
+    monkeypatch.setattr(
+        export, "attach_owned_kernels", lambda *args: attach(*args[:4], ATTENTION_FLASHINFER)
+    )
+    options = CompileOptions(
+        model=str(tiny_model_dir("llama")), target="cuda", dtype="bfloat16", owned_kv=True
+    )
+    exported = export_model(make_request(options))
+    owned = exported.manifest.runtime.owned_pages
+    assert owned is not None
+    assert (owned.ragged_attention, owned.q_heads, owned.kv_heads) == (RAGGED_FLASHINFER, 4, 2)
+    assert RAGGED_KERNEL not in [gv.name_hint for gv in exported.mod.functions]
+    layers = 2
+    for name in (OWNED_PREFILL_FRESH, OWNED_PREFILL, OWNED_PREFILL_MIXED):
+        assert exported.mod[name].script().count(OWNED_RAGGED_ATTENTION) == layers
+
+
+def test_the_ragged_plan_covers_the_rows_that_attend_to_their_own_chunk() -> None:
+    """A fresh prefill plans all of its rows; a mixed step only its prompts' rows (the
+    one-token rows go through the decode kernel)."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.planned: list[list[int]] = []
+
+        def plan(self, q_indptr: np.ndarray) -> None:
+            self.planned.append(q_indptr.tolist())
+
+    recorder = Recorder()
+    config = KVCacheConfig(
+        max_batch_size=4, max_total_seq_len=8 * PAGE, prefill_chunk_size=64, page_size=PAGE
+    )
+    spec = OwnedPagesSpec(layers=1, kv_heads=1, head_dim=4, q_heads=1)
+    cache = OwnedKVCache(
+        config, spec, "float32", 4 * PAGE, lambda shape, dtype: None, lambda a: a, recorder
+    )
+    functions = [OWNED_PREFILL, OWNED_PREFILL_FRESH, OWNED_PREFILL_MIXED]
+    for seq_id in (0, 1):
+        cache.add_sequence(seq_id)
+    cache.begin_forward([0], [3])
+    assert cache.prefill_arguments(functions)[0] == OWNED_PREFILL_FRESH
+    cache.end_forward()
+    cache.begin_forward([1, 0], [5, 1])
+    assert cache.prefill_arguments(functions)[0] == OWNED_PREFILL_MIXED
+    cache.end_forward()
+    assert recorder.planned == [[0, 3], [0, 5]]

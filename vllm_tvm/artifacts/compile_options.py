@@ -67,10 +67,10 @@ class CompileOptions:
     `cpu_int8_activations`: one of CPU_INT8_ACTIVATION_CHOICES (resolved by the compiler to
     `on` or `off`). `owned_kv`: the model also exports forwards over KV pages the runtime
     owns (model_defs/owned_kv.py), which the runtime then runs in place of TVM's cache
-    (refused by name for a model they do not serve, and beside `attention` `flashinfer`,
-    whose kernels they would not use); off by default: their TIR prefill attention leaves
-    TTFT at 1,024 tokens near 100 ms where the FlashInfer cache path takes under 30
-    (measured on the H200, docs/BENCHMARKS.md).
+    (refused by name for a model they do not serve); beside `attention` `flashinfer` a
+    prefill's own-chunk product is FlashInfer's ragged kernel, the rest TIR. Off by
+    default: with TIR prefill attention TTFT at 1,024 tokens was near 100 ms where the
+    FlashInfer cache path takes under 30 (measured on the H200, docs/BENCHMARKS.md).
     """
 
     model: str | Path
@@ -105,11 +105,6 @@ class CompileOptions:
                     f"{name} '{backend}' needs a cuda target and dtype float16 or bfloat16; "
                     f"got target '{self.target}' and dtype '{self.dtype}'"
                 )
-        if self.owned_kv and self.attention == ATTENTION_FLASHINFER:
-            raise ValueError(
-                "owned_kv runs TIR attention kernels over the pages it owns; attention "
-                f"'{ATTENTION_FLASHINFER}' is not served with it (use attention 'tir')"
-            )
         if self.tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
 

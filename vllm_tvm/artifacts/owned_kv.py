@@ -22,6 +22,15 @@ OWNED_DECODE_SINGLE = "decode_owned_single"
 """`decode_owned` for one sequence: static shapes let every projection be scheduled as a
 plain GEMV, as the cache's `decode_single` does (measured on the H200 at the 8B shape, the
 dynamic-batch step ran b1 at 5.44 ms a token against the cache path's 5.18)."""
+OWNED_RAGGED_ATTENTION = "vllm_tvm.owned_ragged_attention"
+"""The packed function `(q, k, v, q_indptr, out, lse)` an artifact built with attention
+`flashinfer` calls for a prefill's causal product over its rows' own k/v; the runtime
+registers it (FlashInfer's ragged kernel from the model library, planned for the forward's
+rows) before it loads the library. Its lse is base 2, as TVM's kernels' and merge's."""
+RAGGED_TIR = "tir"
+RAGGED_FLASHINFER = "flashinfer"
+"""`OwnedPagesSpec.ragged_attention`: TVM's TIR ragged kernel inside the library, or
+OWNED_RAGGED_ATTENTION."""
 OWNED_DECODE_MAX_BATCH = 256
 """The largest decode batch `decode_owned` serves: the bound its intermediate buffers are
 planned for, so a captured graph's buffers hold any bucket up to it."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_tvm.artifacts.owned_kv import RAGGED_TIR
+
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 LATENT_ATTENTION = "latent_attention"
@@ -55,6 +57,12 @@ class OwnedPagesSpec:
     kv_heads: int
     """Key-value heads on each rank."""
     head_dim: int
+    q_heads: int = 0
+    """Query heads on each rank (0 in manifests written before FlashInfer's ragged
+    product: they need none)."""
+    ragged_attention: str = RAGGED_TIR
+    """RAGGED_TIR, or RAGGED_FLASHINFER: the prefill's own-chunk product is the packed
+    function the runtime registers (artifacts/owned_kv.py's OWNED_RAGGED_ATTENTION)."""
 
 
 GATED_DELTA_NET = "gated_delta_net"

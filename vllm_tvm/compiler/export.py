@@ -99,7 +99,13 @@ def export_model(request: CompileRequest) -> ExportedModel:
     )
     apply_weight_formats(model, request.weight_formats)
     if request.options.owned_kv:
-        attach_owned_kernels(model, target, request.speculative_role, bool(request.weight_formats))
+        attach_owned_kernels(
+            model,
+            target,
+            request.speculative_role,
+            bool(request.weight_formats),
+            request.attention,
+        )
     with _attention_build_environment(request), memoised_kv_kernels():
         mod, named_params = model.export_tvm(spec=model.export_spec())
     mod = mark_owned_decode(mod)

@@ -10,6 +10,12 @@ decode kernel is ours on CUDA; on CPUs TVM's, which takes the positions twice mo
 RoPE offsets, unused): our kernel's CPU form, exact on its own, gave wrong attention inside
 a model's module on llvm (not yet understood), so the CPU path keeps TVM's.
 
+With attention `flashinfer` the ragged product is FlashInfer's instead
+(`OWNED_RAGGED_ATTENTION`, artifacts/owned_kv.py): the runtime plans it for each prefill's
+rows and calls the kernel the model library links for TVM's FlashInfer cache. Why: TVM's
+TIR ragged kernel took about 2.8 ms a layer for one 1,024-token prompt at the 8B shape on
+the H200, leaving TTFT near 100 ms (docs/BENCHMARKS.md).
+
 The choice is the `owned_kv` compile option (artifacts/compile_options.py), on any target
 (the CPU tests check the same functions against transformers); the runtime spec's
 `owned_pages` then tells the runtime to run them. `decode_owned` is marked for
@@ -31,10 +37,12 @@ from tvm.relax.frontend.nn.llm._prefill_kernels import (
     _attention_prefill_ragged_cpu,
 )
 
+from vllm_tvm.artifacts.backends import ATTENTION_FLASHINFER
 from vllm_tvm.artifacts.owned_kv import (
     OWNED_DECODE,
     OWNED_DECODE_MAX_BATCH,
     OWNED_DECODE_SINGLE,
+    OWNED_RAGGED_ATTENTION,
 )
 from vllm_tvm.compiler.device_decode_attention import (
     OWN_KERNEL,
@@ -61,8 +69,10 @@ def attach_owned_kernels(
     target: tvm.target.Target,
     speculative_role: str | None,
     quantized_weights: bool,
+    attention: str,
 ) -> None:
-    """Give `model` (asked for with the `owned_kv` option) its owned-page kernels; a model,
+    """Give `model` (asked for with the `owned_kv` option) its owned-page kernels, the
+    ragged product FlashInfer's when `attention` is `flashinfer`; a model,
     a speculative build or weights compiled quantized they do not serve are refused by name
     (their forwards have only been checked for float weights and plain decoding)."""
     refusal = model.owned_kv_refusal()
@@ -76,9 +86,13 @@ def attach_owned_kernels(
     shape = DecodeAttentionShape(q_heads, kv_heads, model.config.head_dim, model.dtype, PAGE_SIZE)
     kernel = OWN_KERNEL if target.kind.name == "cuda" else TVM_KERNEL
     append, decode = decode_attention_kernels(shape, target, kernel)
-    kernels = (append, decode, _prefill_kernel(shape, target), _ragged_kernel(shape, target))
-    kernels += (_merge_kernel(shape, target),)
-    model.owned_kernels = OwnedKernels(*(_opaque(kernel) for kernel in kernels), PAGE_SIZE)
+    extern = OWNED_RAGGED_ATTENTION if attention == ATTENTION_FLASHINFER else None
+    ragged = None if extern is not None else _opaque(_ragged_kernel(shape, target))
+    append, decode, prefill, merge = (
+        _opaque(kernel)
+        for kernel in (append, decode, _prefill_kernel(shape, target), _merge_kernel(shape, target))
+    )
+    model.owned_kernels = OwnedKernels(append, decode, prefill, ragged, merge, PAGE_SIZE, extern)
 
 
 def _opaque(kernel: tirx.PrimFunc) -> tirx.PrimFunc:

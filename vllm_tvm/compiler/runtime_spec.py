@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from vllm_tvm.artifacts.owned_kv import OWNED_DECODE
+from vllm_tvm.artifacts.owned_kv import OWNED_DECODE, RAGGED_FLASHINFER, RAGGED_TIR
 from vllm_tvm.artifacts.runtime_spec import (
     FULL_ATTENTION,
     GATED_DELTA_NET,
@@ -162,8 +162,10 @@ def _owned_pages(model: PagedCausalLM, config: Any, functions: list[str]) -> Own
     attention: model_defs/owned_kv.py refuses the others)."""
     if OWNED_DECODE not in functions:
         return None
-    _, kv_heads = model.cache_heads()
-    return OwnedPagesSpec(config.num_hidden_layers, kv_heads, config.head_dim)
+    q_heads, kv_heads = model.cache_heads()
+    kernels = model.owned_kernels
+    ragged = RAGGED_FLASHINFER if kernels and kernels.ragged_extern else RAGGED_TIR
+    return OwnedPagesSpec(config.num_hidden_layers, kv_heads, config.head_dim, q_heads, ragged)
 
 
 def _vision(config: Any, functions: list[str]) -> VisionSpec | None:

@@ -6,7 +6,10 @@ the host that step, so a decode step cannot be captured whole into one CUDA grap
 pages of every layer and the step's metadata (block tables as CSR, lengths, positions,
 append slots) are plain function arguments, and attention is a few `call_tir`s of kernels
 the compiler hands in (`OwnedKernels`: TVM's append, ragged and paged prefill and merge
-kernels, and a decode kernel), so `RewriteCUDAGraph` sees a static step. The runtime keeps
+kernels, and a decode kernel), so `RewriteCUDAGraph` sees a static step. The ragged
+(causal, own chunk) product may instead be a packed function the runtime registers
+(`OwnedKernels.ragged_extern`: FlashInfer's ragged prefill, planned by the runtime for the
+forward's rows), since a prefill is not captured. The runtime keeps
 the pages and one metadata buffer per batch-size bucket at fixed addresses
 (runtime/kv/owned_kv_cache.py).
 
@@ -22,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import tirx
+from tvm import relax, tirx
 from tvm.relax.frontend.nn import Tensor, op
+from tvm.relax.frontend.nn.core import wrap_nested
 
 from vllm_tvm.model_defs.rotary import rotate_at
 
@@ -83,16 +87,19 @@ class OwnedKernels:
     - `prefill(q, q_indptr, pages, page_indptr, page_values, last_page_len, k_rope_offsets,
       positions) -> (out, lse)`: every row over all of its sequence's paged keys, no mask;
     - `ragged(q, q_indptr, k, v, kv_indptr, positions, k_rope_offsets) -> (out, lse)`:
-      causal over the rows' own k/v;
+      causal over the rows' own k/v; None when `ragged_extern` names the packed function
+      `(q, k, v, q_indptr, out, lse)` the runtime registers for it (its lse in the base-2
+      convention of TVM's kernels, which `merge` reads);
     - `merge(out, lse, other_out, other_lse)`: in place, the first pair becomes the
       attention over both key sets."""
 
     append: tirx.PrimFunc
     decode: tirx.PrimFunc
     prefill: tirx.PrimFunc
-    ragged: tirx.PrimFunc
+    ragged: tirx.PrimFunc | None
     merge: tirx.PrimFunc
     page_size: int
+    ragged_extern: str | None = None
 
     @property
     def decode_takes_positions(self) -> bool:
@@ -159,9 +166,7 @@ class OwnedPagedAttention:
         if "decode_rows" in meta:
             output = self._mixed_attention(q, k, v, pages)
         elif "k_rope_offsets" in meta:
-            inputs = [q, meta["q_indptr"], k, v, meta["q_indptr"], meta["positions"]]
-            inputs += [meta["k_rope_offsets"]]
-            output = self._call(self.kernels.ragged, "owned_ragged_prefill_attention", inputs)[0]
+            output = self._ragged(q, k, v, meta["positions"], meta["k_rope_offsets"])[0]
         elif self.is_prefill:
             output = self._chunk_attention(q, k, v, pages, meta["positions"])
         else:
@@ -180,6 +185,27 @@ class OwnedPagedAttention:
         ]
         return tuple(op.tensor_ir_op(kernel, name, inputs, outputs))
 
+    def _ragged(
+        self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, unread: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Each row of q over its own chunk's k/v (causal) -> (out, lse); `unread`: the k
+        RoPE offsets TVM's kernel takes and, with RoPE off, does not read."""
+        q_indptr = self.metadata["q_indptr"]
+        if self.kernels.ragged_extern is None:
+            assert self.kernels.ragged is not None
+            inputs = [q, q_indptr, k, v, q_indptr, positions, unread]
+            out, lse = self._call(self.kernels.ragged, "owned_ragged_prefill_attention", inputs)
+            return out, lse
+        # Not nn's `op.extern`: it types two outputs as one tuple, which relax refuses.
+        outputs = [
+            relax.TensorType([*q.shape], q.dtype),
+            relax.TensorType([q.shape[0], q.shape[1]], "float32"),
+        ]
+        inputs = relax.Tuple([x._expr for x in (q, k, v, q_indptr)])
+        call = relax.op.call_dps_packed(self.kernels.ragged_extern, inputs, out_ty=outputs)
+        out, lse = wrap_nested(call, "owned_ragged_prefill_attention")
+        return out, lse
+
     def _chunk_attention(
         self, q: Tensor, k: Tensor, v: Tensor, pages: Tensor, positions: Tensor
     ) -> Tensor:
@@ -188,8 +214,7 @@ class OwnedPagedAttention:
         meta = self.metadata
         # The k RoPE offsets (last_page_len again) go unread with RoPE off.
         unread = meta["last_page_len"]
-        inputs = [q, meta["q_indptr"], k, v, meta["q_indptr"], positions, unread]
-        out, lse = self._call(self.kernels.ragged, "owned_ragged_prefill_attention", inputs)
+        out, lse = self._ragged(q, k, v, positions, unread)
         inputs = [q, meta["q_indptr"], pages, meta["page_indptr"], meta["page_values"]]
         inputs += [meta["last_page_len"], unread, positions]
         cached, cached_lse = self._call(self.kernels.prefill, "owned_prefill_attention", inputs)

@@ -28,6 +28,7 @@ from vllm_tvm.artifacts.owned_kv import (
 )
 from vllm_tvm.artifacts.runtime_spec import OwnedPagesSpec
 from vllm_tvm.runtime.kv.decode_step_buffers import DecodeStepBuffers
+from vllm_tvm.runtime.kv.flashinfer_ragged import FlashInferRaggedAttention
 from vllm_tvm.runtime.kv.kv_cache import KVCacheConfig
 from vllm_tvm.runtime.kv.owned_pages import OwnedPageTable
 
@@ -125,9 +126,11 @@ class OwnedKVCache:
         max_model_len: int,
         empty: Callable[[tuple[int, ...], str], Any],
         to_device: Callable[[np.ndarray], Any],
+        ragged: FlashInferRaggedAttention | None = None,
     ) -> None:
         """`empty(shape, dtype)`: an uninitialised device tensor (pages are read only where
-        written); `to_device(array)`: a device copy."""
+        written); `to_device(array)`: a device copy; `ragged`: the artifact's registered
+        own-chunk product (flashinfer_ragged.py), planned for each prefill's rows."""
         self.config = config
         page = config.page_size
         num_pages = -(-config.max_total_seq_len // page)
@@ -138,6 +141,7 @@ class OwnedKVCache:
         self._to_device = to_device
         self._buckets: dict[int, DecodeStepBuffers] = {}
         self._forward: tuple[list[int], list[int], list[int]] | None = None
+        self._ragged = ragged
 
     def add_sequence(self, seq_id: int) -> None:
         self.table.add_sequence(seq_id)
@@ -192,6 +196,9 @@ class OwnedKVCache:
             mixed = mixed_metadata(tables, cached, new, page_size)
             if mixed is not None:
                 name, arrays = OWNED_PREFILL_MIXED, mixed
+        if self._ragged is not None:
+            # The own-chunk rows: all of them, or a mixed step's prompt rows.
+            self._ragged.plan(arrays[5] if name == OWNED_PREFILL_MIXED else arrays[0])
         return name, [self._to_device(np.asarray(array, np.int32)) for array in arrays]
 
     def decode_arguments(self) -> tuple[int, list[Any]]:

@@ -28,6 +28,7 @@ from vllm_tvm.artifacts.runtime_spec import RAGGED_LATENT
 from vllm_tvm.artifacts.speculative_roles import HIDDEN_STATES_FUNCTION, HIDDEN_SUFFIX
 from vllm_tvm.extensions import load_artifact_extensions
 from vllm_tvm.runtime.devices import DEVICES
+from vllm_tvm.runtime.kv import flashinfer_ragged
 from vllm_tvm.runtime.kv.kv_cache import COMPILED_PAGE_SIZE, PagedKVCache
 from vllm_tvm.runtime.kv.owned_kv_cache import OwnedKVCache
 from vllm_tvm.runtime.model.artifact_fit import check_runs_on
@@ -95,6 +96,8 @@ class ModelRunner(Runner):
         self.cpu_threads = configure_cpu_pool(tvm, cpu_plan) if cpu_plan is not None else None
         load_artifact_extensions(self.artifact_dir, self.manifest.extensions, self.device)
         library = tvm.runtime.load_module(str(self.artifact_dir / LIBRARY_NAME))
+        owned = self.spec.owned_pages
+        self._ragged = flashinfer_ragged.register_ragged_attention(owned, library, tvm, self.device)
         self.vm = tvm.runtime.vm.VirtualMachine(library, self.device)
         if params is not None and len(params) != len(self.manifest.params):
             raise ValueError(
@@ -120,7 +123,7 @@ class ModelRunner(Runner):
 
     def _new_kv_cache(self) -> PagedKVCache | OwnedKVCache:
         """Pages the runner owns when the runtime spec has `owned_pages` (an artifact built
-        with the `owned_kv` option), else TVM's cache."""
+        with the `owned_kv` option; `_ragged` plans its prefills), else TVM's cache."""
         owned = self.spec.owned_pages
         if owned is None:
             return PagedKVCache(self.vm["create_kv_cache"], self.kv_config)
@@ -131,6 +134,7 @@ class ModelRunner(Runner):
             self.max_model_len,
             lambda shape, dtype: self._tvm.runtime.empty(shape, dtype, self.device),
             self.to_device,
+            self._ragged,
         )
 
     def _function(self, name: str) -> Any:
