@@ -91,7 +91,11 @@ def test_the_script_writes_values_that_compare_divides_only_against_the_same_lev
         "output_len": 4,
         "batch": 2,
     }
-    assert ours["decode_b2_tok_s"] > 0 and len(ours["raw"]["b2_out4_s"]) == 1
+    assert math.isfinite(ours["decode_b2_tok_s"]) and len(ours["raw"]["b2_out4_s"]) == 1
+    # A tiny run's decode rate is noise of either sign on a busy machine (see above): the
+    # division is checked on a set value.
+    ours["decode_b2_tok_s"] = 100.0
+    out.write_text(json.dumps(ours))
     alike = {**ours, "decode_b2_tok_s": ours["decode_b2_tok_s"] / 2}
     runner = {**alike, "conditions": {**ours["conditions"], "level": "runner"}}
     capsys.readouterr()
