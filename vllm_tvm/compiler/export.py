@@ -44,6 +44,7 @@ from vllm_tvm.compiler.weight_plan import param_entry
 from vllm_tvm.model_defs.architectures import ModelFamily
 from vllm_tvm.model_defs.quant_linear import apply_weight_formats
 from vllm_tvm.model_defs.tensor_parallel import TensorParallelError, manifest_plan, with_shards
+from vllm_tvm.schedules.cpu_rope import cpu_rope_kernels
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def export_model(request: CompileRequest) -> ExportedModel:
             bool(request.weight_formats),
             request.attention,
         )
-    with _attention_build_environment(request), memoised_kv_kernels():
+    # The CPU RoPE kernel inside the memo: the memo's keys do not name the target.
+    with _attention_build_environment(request), memoised_kv_kernels(), cpu_rope_kernels(target):
         mod, named_params = model.export_tvm(spec=model.export_spec())
     mod = mark_owned_decode(mod)
     link_options: list[str] = []
