@@ -22,19 +22,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from h200_owned_decode import NEW_TOKENS, PROMPTS
 from transformers import AutoModelForCausalLM
 
 from vllm_tvm.entrypoints.llm import LLM
 from vllm_tvm.runtime.sampling.params import SamplingParams
-
-PROMPTS = [
-    "Once upon a time",
-    "The quick brown fox jumps over",
-    "Beautiful is better than ugly. Explicit is better than implicit.",
-    "Simple is better than complex.",
-    "Readability counts.",
-]
-NEW_TOKENS = 40
 
 
 def _logit_cases(llm: LLM) -> dict[str, np.ndarray]:

@@ -20,11 +20,10 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import ir, s_tir, tirx
 from tvm.s_tir import dlight as dl
-from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.target import Target
 
 from vllm_tvm.schedules import vector_math
-from vllm_tvm.schedules.elementwise_lanes import bound_one_to_one, vector_lanes
+from vllm_tvm.schedules.elementwise_lanes import vectorisable_loops
 
 VECTOR_BYTES = 64
 """One AVX-512 register; LLVM splits the vector for narrower units (AVX2, NEON)."""
@@ -60,17 +59,10 @@ class CPUElementwise(dl.ScheduleRule):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
             return None
         sch = s_tir.Schedule(polynomial_sigmoids(func))
-        block_infos = normalize_prim_func(sch)
-        if block_infos is None:
+        found = vectorisable_loops(sch, VECTOR_BYTES)
+        if found is None:
             return None
-        block_infos = dl.base.try_inline(sch, block_infos)
-        if len(block_infos) != 1 or not block_infos[0].is_injective():
-            return None
-        block = block_infos[0].block_rv
-        lanes = vector_lanes(sch.get(block), VECTOR_BYTES)
-        loops = sch.get_loops(block)
-        if lanes is None or not bound_one_to_one(sch, block, loops):
-            return None
+        loops, lanes = found
         # The lanes split off the innermost loop alone, so a lane moves only the innermost
         # index (see gpu_elementwise.py); the pool divides the fused rest among its threads.
         *outer_loops, innermost = loops

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm import ir, s_tir, tirx
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.sym.analyzer import Analyzer
 
 Access = tuple[ir.Var, list[ir.Expr]]
@@ -94,3 +96,23 @@ def bound_one_to_one(
         return False
     bindings = zip(realizes[0].iter_values, loop_vars, strict=True)
     return all(value.same_as(var) for value, var in bindings)
+
+
+def vectorisable_loops(
+    sch: s_tir.Schedule, vector_bytes: int
+) -> tuple[list[s_tir.schedule.LoopRV], int] | None:
+    """The loops of `sch`'s kernel, once inlined into one injective block bound one to one,
+    and how many of its innermost elements make one `vector_bytes` access; None when the
+    kernel is not such a block or `vector_lanes` declines it."""
+    block_infos = normalize_prim_func(sch)
+    if block_infos is None:
+        return None
+    block_infos = dl.base.try_inline(sch, block_infos)
+    if len(block_infos) != 1 or not block_infos[0].is_injective():
+        return None
+    block = block_infos[0].block_rv
+    lanes = vector_lanes(sch.get(block), vector_bytes)
+    loops = sch.get_loops(block)
+    if lanes is None or not bound_one_to_one(sch, block, loops):
+        return None
+    return loops, lanes

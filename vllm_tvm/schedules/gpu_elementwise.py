@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
-from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.target import Target
 
-from vllm_tvm.schedules.elementwise_lanes import bound_one_to_one, vector_lanes
+from vllm_tvm.schedules.elementwise_lanes import vectorisable_loops
 
 VECTOR_BYTES = 16
 THREADS_PER_BLOCK = 256
@@ -35,17 +34,10 @@ class VectorizedElementwise(dl.ScheduleRule):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "cuda":
             return None
         sch = s_tir.Schedule(func)
-        block_infos = normalize_prim_func(sch)
-        if block_infos is None:
+        found = vectorisable_loops(sch, VECTOR_BYTES)
+        if found is None:
             return None
-        block_infos = dl.base.try_inline(sch, block_infos)
-        if len(block_infos) != 1 or not block_infos[0].is_injective():
-            return None
-        block = block_infos[0].block_rv
-        lanes = vector_lanes(sch.get(block), VECTOR_BYTES)
-        loops = sch.get_loops(block)
-        if lanes is None or not bound_one_to_one(sch, block, loops):
-            return None
+        loops, lanes = found
         # The lanes split off the innermost loop alone, before the fuse, so a lane moves only
         # the innermost index. Split after the fuse, the outer axes' index arithmetic is
         # vectorised too: a row index read from a table (an embedding's token ids) becomes a
