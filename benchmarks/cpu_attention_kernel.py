@@ -26,27 +26,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import tvm
-from cpu_peers import machine, versions
+from cpu_kernel_timing import alternating_times, cpu_pool_and_target, write_report
 from tvm.relax.frontend.nn.llm._decode_kernels import _attention_decode_cpu
 from tvm.relax.frontend.nn.llm._prefill_kernels import (
     _attention_prefill_cpu,
     _attention_prefill_ragged_cpu,
 )
 
-from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.runtime.model.cpu_threads import (
-    configure_cpu_pool,
-    plan_cpu_threads,
-    prepare_cpu_pool,
-)
 from vllm_tvm.schedules.cpu_attention import ragged_prefill_cpu
 from vllm_tvm.schedules.cpu_decode_attention import paged_decode_cpu
 from vllm_tvm.schedules.cpu_paged_prefill_attention import paged_prefill_cpu
@@ -59,15 +50,7 @@ SM_SCALE = D**-0.5
 def _timed(kernels: dict[str, Callable[[], None]], repeats: int, pairs: float) -> dict:
     """Each kernel once untimed, then `repeats` rounds of all of them in turn: medians, ours
     per scored pair, TVM's over ours, the raw seconds and the load afterwards."""
-    raw = {name: {"wall_s": [], "cpu_s": []} for name in kernels}
-    for repeat in range(repeats + 1):
-        for name, call in kernels.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            call()
-            if repeat:
-                raw[name]["wall_s"].append(time.perf_counter() - wall)
-                raw[name]["cpu_s"].append(time.process_time() - cpu)
-    medians = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in raw.items()}
+    raw, medians = alternating_times(kernels, repeats)
     result = {"median": medians, "ours_cpu_ns_per_pair": medians["ours"]["cpu_s"] / pairs * 1e9}
     if "tvm" in medians:
         for measure in ("wall", "cpu"):
@@ -141,11 +124,8 @@ def main() -> None:
     parser.add_argument("--reference-up-to", type=int, default=2000)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    load_before = os.getloadavg()
-    plan = plan_cpu_threads()
-    prepare_cpu_pool(plan)
-    workers = configure_cpu_pool(tvm, plan)
-    target = resolve_target("llvm").make_target()
+    setup = cpu_pool_and_target()
+    target = setup["target"]
     prefill = {
         "ours": tvm.compile(ragged_prefill_cpu(H_KV, H_Q, D, "float32"), target=target),
         "tvm": tvm.compile(
@@ -182,17 +162,8 @@ def main() -> None:
         results["paged_prefill"][f"{rows}x{args.chunk_context}"] = _timed(
             calls, args.repeats, pairs
         )
-    report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "shape": {"query_heads": H_Q, "kv_heads": H_KV, "head_dim": D, "dtype": "float32"},
-        "workers": workers,
-        "target": str(target),
-        "load_average_before": load_before,
-        "machine": machine(),
-        "versions": versions(),
-        "results": results,
-    }
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    shape = {"query_heads": H_Q, "kv_heads": H_KV, "head_dim": D, "dtype": "float32"}
+    write_report(args.out, __doc__, setup, {"shape": shape}, results)
 
 
 if __name__ == "__main__":

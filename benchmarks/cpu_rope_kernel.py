@@ -19,22 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import tvm
-from cpu_peers import machine, versions
+from cpu_kernel_timing import alternating_times, cpu_pool_and_target, write_report
 from tvm.relax.frontend.nn.llm.position_embedding import llama_rope_with_position_map
 
-from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.runtime.model.cpu_threads import (
-    configure_cpu_pool,
-    plan_cpu_threads,
-    prepare_cpu_pool,
-)
 from vllm_tvm.schedules.cpu_rope import rope_cpu
 
 H_Q, H_KV, D, THETA = 14, 2, 64, 1e6
@@ -46,11 +37,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    load_before = os.getloadavg()
-    plan = plan_cpu_threads()
-    prepare_cpu_pool(plan)
-    workers = configure_cpu_pool(tvm, plan)
-    target = resolve_target("llvm").make_target()
+    setup = cpu_pool_and_target()
+    target = setup["target"]
     factory_args = (THETA, 1.0, D, H_Q, H_KV, "float32", {}, None)
     kernels = {
         name: tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target)
@@ -68,19 +56,15 @@ def main() -> None:
             k: [tvm.runtime.empty((tokens, h, D), "float32") for h in (H_Q, H_KV, H_KV)]
             for k in kernels
         }
-        raw = {k: {"wall_s": [], "cpu_s": []} for k in kernels}
-        for repeat in range(args.repeats + 1):
-            for name, kernel in kernels.items():
-                wall, cpu = time.perf_counter(), time.process_time()
-                kernel(*inputs, *outputs[name], 1)
-                if repeat:
-                    raw[name]["wall_s"].append(time.perf_counter() - wall)
-                    raw[name]["cpu_s"].append(time.process_time() - cpu)
+        calls = {
+            name: lambda kernel=kernel, bound=(*inputs, *outputs[name], 1): kernel(*bound)
+            for name, kernel in kernels.items()
+        }
+        raw, medians = alternating_times(calls, args.repeats)
         difference = max(
             float(np.abs(ours.numpy() - theirs.numpy()).max())
             for ours, theirs in zip(outputs["ours"], outputs["tvm"], strict=True)
         )
-        medians = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in raw.items()}
         print(tokens, json.dumps(medians), difference, flush=True)
         results[str(tokens)] = {
             "median": medians,
@@ -89,19 +73,8 @@ def main() -> None:
             "raw": raw,
             "load_average_after": os.getloadavg(),
         }
-    report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "definitions": __doc__.split("\n\nusage:")[0],
-        "shape": {"query_heads": H_Q, "kv_heads": H_KV, "head_dim": D, "theta": THETA},
-        "workers": workers,
-        "target": str(target),
-        "load_average_before": load_before,
-        "machine": machine(),
-        "versions": versions(),
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    shape = {"query_heads": H_Q, "kv_heads": H_KV, "head_dim": D, "theta": THETA}
+    write_report(args.out, __doc__, setup, {"shape": shape}, results)
 
 
 if __name__ == "__main__":

@@ -20,24 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import tvm
-from cpu_peers import machine, versions
+from cpu_kernel_timing import alternating_times, cpu_pool_and_target, write_report
 from tvm import relax
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
-from vllm_tvm.compiler.targets import resolve_target
-from vllm_tvm.runtime.model.cpu_threads import (
-    configure_cpu_pool,
-    plan_cpu_threads,
-    prepare_cpu_pool,
-)
 from vllm_tvm.schedules.cpu_elementwise import CPUElementwise
 
 
@@ -70,11 +61,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    load_before = os.getloadavg()
-    plan = plan_cpu_threads()
-    prepare_cpu_pool(plan)
-    workers = configure_cpu_pool(tvm, plan)
-    target = resolve_target("llvm").make_target()
+    setup = cpu_pool_and_target()
+    target = setup["target"]
     func = fused_silu_mul(args.width)
     with target:
         scheduled = CPUElementwise().apply(func, target, False).mod["main"]
@@ -90,19 +78,15 @@ def main() -> None:
         expected = gate / (1 + np.exp(-gate)) * up
         inputs = tvm.runtime.tensor(gate_up, tvm.cpu())
         outputs = {k: tvm.runtime.empty((1, rows, args.width), "float32") for k in kernels}
-        raw = {k: {"wall_s": [], "cpu_s": []} for k in kernels}
-        for repeat in range(args.repeats + 1):
-            for name, kernel in kernels.items():
-                wall, cpu = time.perf_counter(), time.process_time()
-                kernel(inputs, outputs[name])
-                if repeat:
-                    raw[name]["wall_s"].append(time.perf_counter() - wall)
-                    raw[name]["cpu_s"].append(time.process_time() - cpu)
+        calls = {
+            name: lambda kernel=kernel, bound=(inputs, outputs[name]): kernel(*bound)
+            for name, kernel in kernels.items()
+        }
+        raw, medians = alternating_times(calls, args.repeats)
         errors = {
             k: float(np.max(np.abs(v.numpy() - expected) / np.maximum(np.abs(expected), 1e-30)))
             for k, v in outputs.items()
         }
-        medians = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in raw.items()}
         print(rows, json.dumps(medians), errors, flush=True)
         results[str(rows)] = {
             "median": medians,
@@ -111,20 +95,8 @@ def main() -> None:
             "raw": raw,
             "load_average_after": os.getloadavg(),
         }
-    report = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "definitions": __doc__.split("\n\nusage:")[0],
-        "width": args.width,
-        "input_range": [-12, 12],
-        "workers": workers,
-        "target": str(target),
-        "load_average_before": load_before,
-        "machine": machine(),
-        "versions": versions(),
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    fields = {"width": args.width, "input_range": [-12, 12]}
+    write_report(args.out, __doc__, setup, fields, results)
 
 
 if __name__ == "__main__":
