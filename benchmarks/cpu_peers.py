@@ -8,10 +8,10 @@ peers/cpu_isa.py) into a cache directory, then runs llama-bench
 and our model runner in turns (A B, B A, ... for several rounds), each in a fresh process, and
 writes every raw figure with the machine, its load average around each run and the versions.
 The comparison has parts (cpu_peer_parts.py: the default model's decode and prefill, an
-8,192-token prefill, a 0.5B model as F16 / Q8_0 / Q4_K_M, engine throughput with 16 requests
-in flight, peak RSS of a short generation), each selectable with `--tests` and each with a
-`--quick` variant; the engine and RSS parts define their figures in cpu_peer_engine.py and
-cpu_peer_rss.py.
+8,192-token prefill, 0.5B and 1B shapes as F16 / Q8_0 / Q4_K_M, a 3B Q4_K_M, engine
+throughput with 16 requests in flight, peak RSS of a short generation), each selectable
+with `--tests` and each with a `--quick` variant; the engine and RSS parts define their
+figures in cpu_peer_engine.py and cpu_peer_rss.py.
 
 Definitions (runner-level parts: forward calls on token batches, no scheduler):
   decode_b1_tok_s    N decode steps of one sequence after a 1-token prompt, N / seconds
@@ -23,7 +23,7 @@ Each side runs every test once untimed (a part may turn that off on both sides: 
 noise), then `--repetitions` timed; a round's value is their median, the file's value the
 median over rounds, `ratio` = ours / llama.cpp per round.
 
-usage: python3 benchmarks/cpu_peers.py [--tests all|smollm2,prefill_8k,qwen_0_5b,engine,rss]
+usage: python3 benchmarks/cpu_peers.py [--tests all|PART,...]   (cpu_peer_parts.py lists them)
            [--quick] [--gguf FILE] [--cache DIR] [--out benchmarks/results/X.json]
            [--cpu-int8-activations auto|on|off]     (our side's build, recorded in the file)
        python3 benchmarks/cpu_peers.py --build-only     (fetch and build llama.cpp, then stop)
@@ -305,7 +305,7 @@ def run_matrix(args: argparse.Namespace, bin_dir: Path) -> dict[str, Any]:
     parts = parse_tests(args.tests)
     sizes = {part: part_sizes(part, args.quick) for part in parts}
     kinds = {model for part in parts for model in sizes[part]["models"]}
-    files = {DEFAULT_MODEL: args.gguf or default_gguf()}  # and the 0.5B files the parts use
+    files = {DEFAULT_MODEL: args.gguf or default_gguf()}  # and the larger files the parts use
     others = tuple(sorted(kinds - {DEFAULT_MODEL}))
     files |= prepare_models(args.cache, bin_dir, others) if others else {}
     results: dict[str, Any] = {}
@@ -374,7 +374,7 @@ def main() -> int:
         "definitions": {
             "runner": __doc__.split("Definitions ")[1].split("\n\nusage:")[0],
             "parts": cpu_peer_parts.__doc__,
-            "0.5B model": cpu_peer_models.__doc__,
+            "larger models": cpu_peer_models.__doc__,
             "engine": cpu_peer_engine.__doc__,
             "rss": cpu_peer_rss.__doc__,
         },

@@ -28,7 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import cpu_peer_engine
 import cpu_peer_parts
 import cpu_peer_rss
-from cpu_peer_models import QWEN25_05B_SHAPE, matrix_formats
+from cpu_peer_models import (
+    LLAMA32_1B_SHAPE,
+    LLAMA32_3B_SHAPE,
+    QWEN25_05B_SHAPE,
+    matrix_formats,
+    model_path,
+    split_model_key,
+)
 from cpu_profile_shares import category, category_shares
 from write_random_gguf import tensor_shapes
 
@@ -154,6 +161,36 @@ def test_half_b_file_has_qwen25_05b_size_with_tied_embeddings_and_plain_rope() -
     parameters = sum(math.prod(s) for s in shapes.values())
     assert parameters == pytest.approx(0.494e9, rel=0.005)  # published: 0.49B (biases aside)
     assert shapes["blk.23.attn_k.weight"] == (2 * 64, 896)
+
+
+@pytest.mark.parametrize(
+    ("shape", "published", "k_rows"),
+    [(LLAMA32_1B_SHAPE, 1.236e9, 8 * 64), (LLAMA32_3B_SHAPE, 3.213e9, 8 * 128)],
+)
+def test_llama_files_have_the_published_sizes(shape, published: float, k_rows: int) -> None:
+    shapes = tensor_shapes(shape, tied_embeddings=True, rope_freqs=True)
+    assert "output.weight" not in shapes and shapes["rope_freqs.weight"] == (shape.head_dim // 2,)
+    parameters = sum(math.prod(s) for s in shapes.values() if len(s) == 2)
+    assert parameters == pytest.approx(published, rel=0.005)  # Llama-3.2-1B / 3B as published
+    assert shapes["blk.0.attn_k.weight"] == (k_rows, shape.hidden_size)
+
+
+def test_model_keys_name_a_shape_and_a_type_the_0_5b_shape_by_type_alone(tmp_path: Path) -> None:
+    assert split_model_key("Q4_K_M") == ("qwen2.5-0.5b", "Q4_K_M")
+    assert split_model_key("llama-3.2-3b:Q8_0") == ("llama-3.2-3b", "Q8_0")
+    for bad in ("llama-3.2-8b:F16", "llama-3.2-1b:Q3_K_S"):
+        with pytest.raises(ValueError, match=r"unknown model.*known shapes: qwen2\.5-0\.5b"):
+            split_model_key(bad)
+    # The 0.5B files keep the names earlier runs cached them under.
+    assert model_path(tmp_path, "F16").name == "random-qwen2.5-0.5b-shape-f16.gguf"
+    assert (
+        model_path(tmp_path, "Q8_0", "llama-3.2-1b").name == "random-llama-3.2-1b-shape-q8_0.gguf"
+    )
+    every = {
+        m for part in cpu_peer_parts.PARTS.values() for v in part.values() for m in v["models"]
+    }
+    for key in every - {cpu_peer_parts.DEFAULT_MODEL}:
+        split_model_key(key)
 
 
 def test_matrix_formats_name_each_role_once_with_its_formats() -> None:
