@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import threading
 from pathlib import Path
 
 import vllm_tvm
@@ -22,6 +23,10 @@ PACKAGE_ROOT = Path(vllm_tvm.__file__).parent
 COMPILER_SUBPACKAGE = "compiler"
 SOURCE_SUFFIXES = (".py", ".c", ".cc", ".cpp", ".cu", ".h")
 """Python, and the C/C++/CUDA sources of the native code built into an artifact."""
+
+_PARSE_LOCK = threading.Lock()
+"""CPython 3.11's `ast.parse` is not safe from two threads at once (it raises "AST constructor
+recursion depth mismatch"); two `generate` callers sharing a process key their compiles together."""
 
 
 def module_name(path: Path, package_root: Path = PACKAGE_ROOT) -> str:
@@ -38,7 +43,9 @@ def imported_modules(path: Path, package_root: Path = PACKAGE_ROOT) -> set[str]:
     module = module_name(path, package_root)
     is_package = path.name == "__init__.py"
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    with _PARSE_LOCK:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
